@@ -1,0 +1,284 @@
+package configs
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-playground/validator/v10"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/versioning"
+)
+
+// DefaultPath is where serve looks for its configuration.
+const DefaultPath = "configs/webhookd.yaml"
+
+//go:embed webhookd.yaml
+var example []byte
+
+// Example returns the shipped example configuration, embedded in the binary.
+func Example() []byte { return bytes.Clone(example) }
+
+// Config is webhookd's configuration.
+type Config struct {
+	Listen          string        `yaml:"listen" validate:"required,listen"`
+	DataDir         string        `yaml:"data_dir" validate:"required"`
+	ReceiptTTL      time.Duration `yaml:"receipt_ttl" validate:"gte=1s"`
+	MaxBody         int           `yaml:"max_body" validate:"gt=0"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" validate:"gt=0"`
+	Log             Log           `yaml:"log"`
+	Admin           Admin         `yaml:"admin"`
+	Sources         []Source      `yaml:"sources" validate:"required,min=1,unique=Name,dive"`
+}
+
+// Log configures zap.
+type Log struct {
+	Level  string `yaml:"level" validate:"oneof=debug info warn error"`
+	Format string `yaml:"format" validate:"oneof=json console"`
+}
+
+// Admin configures the admin API's listener. An empty token refuses every call.
+type Admin struct {
+	Listen string `yaml:"listen" validate:"required,listen"`
+	Token  string `yaml:"token"`
+}
+
+// Source is one sender of webhooks, served at POST /hooks/{name}.
+type Source struct {
+	Name               string                    `yaml:"name" validate:"required,source_name"`
+	RequestID          string                    `yaml:"request_id" validate:"required,selector"`
+	DeliveryID         string                    `yaml:"delivery_id" validate:"omitempty,selector"`
+	Resource           string                    `yaml:"resource" validate:"omitempty,selector"`
+	Version            string                    `yaml:"version" validate:"omitempty,selector"`
+	VersionFormat      versioning.Format         `yaml:"version_format" validate:"oneof=integer timestamp"`
+	FingerprintExclude []string                  `yaml:"fingerprint_exclude" validate:"dive,json_path"`
+	Responses          map[webhookd.Decision]int `yaml:"responses" validate:"dive,keys,oneof=accepted duplicate stale conflict,endkeys,gte=200,lte=599"`
+}
+
+// New returns a configuration holding the defaults.
+func New() *Config {
+	return &Config{
+		Listen:          ":8080",
+		DataDir:         "./data",
+		ReceiptTTL:      168 * time.Hour,
+		MaxBody:         1 << 20,
+		ShutdownTimeout: 10 * time.Second,
+		Log:             Log{Level: "info", Format: "json"},
+		Admin:           Admin{Listen: "127.0.0.1:8081"},
+	}
+}
+
+// Load reads and parses the configuration file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse applies data over the defaults, expands ${NAME} from the environment
+// in every value, fills each source's defaults and validates the result.
+func Parse(data []byte) (*Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("parse yaml: %w", err)
+	}
+	// Expanding parsed values, not raw text, keeps a secret holding YAML
+	// syntax (quotes, colons, newlines) from changing the document.
+	expandEnv(&doc)
+	expanded, err := yaml.Marshal(&doc)
+	if err != nil {
+		return nil, fmt.Errorf("parse yaml: %w", err)
+	}
+	cfg := New()
+	dec := yaml.NewDecoder(bytes.NewReader(expanded))
+	dec.KnownFields(true)                                              // a misspelt field must not silently fall back to its default
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) { // an empty file means all defaults
+		return nil, fmt.Errorf("parse yaml: %w", err)
+	}
+	for i := range cfg.Sources {
+		cfg.Sources[i].setDefaults()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+func expandEnv(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
+		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
+			return os.Getenv(ref[2 : len(ref)-1])
+		})
+		// An expanded value is plain text, whatever it looks like.
+		if n.Tag == "!!str" || n.Style != 0 {
+			n.Style = yaml.DoubleQuotedStyle
+		}
+	}
+	for _, c := range n.Content {
+		expandEnv(c)
+	}
+}
+
+func (s *Source) setDefaults() {
+	if s.VersionFormat == "" {
+		s.VersionFormat = versioning.Integer
+	}
+}
+
+// Status returns the HTTP status the source answers for decision d.
+func (s *Source) Status(d webhookd.Decision) int {
+	if code, ok := s.Responses[d]; ok {
+		return code
+	}
+	return DefaultStatus(d)
+}
+
+// DefaultStatus is the status of each decision unless a source overrides it.
+// Stale answers 2xx because a provider retries every non-2xx for days, and a
+// stale update can never succeed.
+func DefaultStatus(d webhookd.Decision) int {
+	switch d {
+	case webhookd.Accepted:
+		return 202
+	case webhookd.Conflict:
+		return 422
+	default:
+		return 200
+	}
+}
+
+// Source returns the source called name.
+func (c *Config) Source(name string) (*Source, bool) {
+	for i := range c.Sources {
+		if c.Sources[i].Name == name {
+			return &c.Sources[i], true
+		}
+	}
+	return nil, false
+}
+
+// Validate checks every field and returns all problems, each naming the
+// field and the rule it breaks.
+func (c *Config) Validate() error {
+	var problems []string
+	if err := validate.Struct(c); err != nil {
+		var fieldErrs validator.ValidationErrors
+		if !errors.As(err, &fieldErrs) {
+			return fmt.Errorf("validate config: %w", err)
+		}
+		for _, fe := range fieldErrs {
+			problems = append(problems, describe(fe))
+		}
+	}
+	for i, s := range c.Sources {
+		if s.Version != "" && s.Resource == "" {
+			problems = append(problems, fmt.Sprintf("sources[%d].resource: is required when version is set (the stale rule orders versions of one resource)", i))
+		}
+		if s.Resource != "" && s.Version == "" && s.VersionFormat != versioning.Integer {
+			problems = append(problems, fmt.Sprintf("sources[%d].version_format: set without version", i))
+		}
+	}
+	if len(problems) > 0 {
+		return &ValidationError{Problems: problems}
+	}
+	return nil
+}
+
+// ValidationError lists every problem found in a configuration.
+type ValidationError struct{ Problems []string }
+
+func (e *ValidationError) Error() string {
+	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+var validate = newValidator()
+
+var (
+	selectorRe   = regexp.MustCompile(`^(json:[^.\s]+(\.[^.\s]+)*|header:[!#$%&'*+\-.^_` + "`" + `|~0-9A-Za-z]+)$`)
+	jsonPathRe   = regexp.MustCompile(`^[^.\s]+(\.[^.\s]+)*$`)
+	sourceNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	headerNameRe = regexp.MustCompile(`^[!#$%&'*+\-.^_` + "`" + `|~0-9A-Za-z]+$`)
+)
+
+func newValidator() *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(f reflect.StructField) string {
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		return name
+	})
+	matches := func(re *regexp.Regexp) validator.Func {
+		return func(fl validator.FieldLevel) bool { return re.MatchString(fl.Field().String()) }
+	}
+	must(v.RegisterValidation("selector", matches(selectorRe)))
+	must(v.RegisterValidation("json_path", matches(jsonPathRe)))
+	must(v.RegisterValidation("source_name", matches(sourceNameRe)))
+	must(v.RegisterValidation("header_name", matches(headerNameRe)))
+	must(v.RegisterValidation("listen", func(fl validator.FieldLevel) bool {
+		_, port, err := net.SplitHostPort(fl.Field().String())
+		if err != nil {
+			return false
+		}
+		n, err := strconv.ParseUint(port, 10, 16)
+		return err == nil && (n > 0 || port == "0")
+	}))
+	return v
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// rules say, per validation tag, what a value must be.
+var rules = map[string]string{
+	"required":    "is required",
+	"selector":    "must be json:<dotted.path> or header:<Name>",
+	"json_path":   "must be a dotted JSON path, e.g. data.object.id",
+	"source_name": "must be 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit (it is a URL path segment)",
+	"header_name": "must be an HTTP header name",
+	"listen":      "must be host:port, e.g. :8080 or 127.0.0.1:8081",
+	"unique":      "must not repeat a name",
+	"http_url":    "must be an http or https URL",
+}
+
+func describe(fe validator.FieldError) string {
+	field := fe.Namespace()
+	if _, rest, ok := strings.Cut(field, "."); ok {
+		field = rest // drop the root type's name
+	}
+	rule, ok := rules[fe.Tag()]
+	switch {
+	case ok:
+	case fe.Tag() == "oneof":
+		rule = "must be one of: " + strings.ReplaceAll(fe.Param(), " ", ", ")
+	case fe.Tag() == "min" && (fe.Kind() == reflect.Slice):
+		rule = "needs at least " + fe.Param() + " entry"
+	case fe.Tag() == "gt" || fe.Tag() == "gte" || fe.Tag() == "lt" || fe.Tag() == "lte" || fe.Tag() == "min" || fe.Tag() == "max":
+		rule = fmt.Sprintf("must be %s %s", comparisons[fe.Tag()], fe.Param())
+	default:
+		rule = "fails rule " + fe.Tag()
+	}
+	return fmt.Sprintf("%s: %s (got %v)", field, rule, fe.Value())
+}
+
+var comparisons = map[string]string{"gt": "greater than", "gte": "at least", "min": "at least", "lt": "less than", "lte": "at most", "max": "at most"}

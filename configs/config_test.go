@@ -1,0 +1,127 @@
+package configs
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/versioning"
+)
+
+func TestExampleIsValid(t *testing.T) {
+	cfg, err := Parse(Example())
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo, ok := cfg.Source("demo")
+	if !ok {
+		t.Fatal("example has no demo source")
+	}
+	if cfg.DataDir != "./data" || cfg.Listen != ":8080" || cfg.Admin.Listen != "127.0.0.1:8081" {
+		t.Errorf("example = %+v", cfg)
+	}
+	if demo.RequestID != "json:request_id" || demo.VersionFormat != versioning.Integer {
+		t.Errorf("demo = %+v", demo)
+	}
+	// The shipped file and the embedded copy are the same bytes.
+	onDisk, err := os.ReadFile("webhookd.yaml")
+	if err != nil || string(onDisk) != string(Example()) {
+		t.Errorf("embedded example differs from configs/webhookd.yaml (%v)", err)
+	}
+}
+
+func TestParseAppliesDefaults(t *testing.T) {
+	cfg, err := Parse([]byte("sources: [{name: billing, request_id: 'header:Idempotency-Key'}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ReceiptTTL != 168*time.Hour || cfg.MaxBody != 1<<20 || cfg.Log.Level != "info" {
+		t.Errorf("defaults not applied: %+v", cfg)
+	}
+	s := cfg.Sources[0]
+	if s.VersionFormat != versioning.Integer {
+		t.Errorf("version_format default = %q", s.VersionFormat)
+	}
+	if s.Status(webhookd.Accepted) != 202 || s.Status(webhookd.Stale) != 200 || s.Status(webhookd.Conflict) != 422 || s.Status(webhookd.Duplicate) != 200 {
+		t.Error("default statuses wrong")
+	}
+}
+
+func TestParseExpandsEnvironmentSafely(t *testing.T) {
+	t.Setenv("WEBHOOKD_TEST_TOKEN", `s3cr"et: #not-a-comment`)
+	t.Setenv("WEBHOOKD_TEST_TTL", "2h")
+	cfg, err := Parse([]byte(`
+receipt_ttl: ${WEBHOOKD_TEST_TTL}
+admin: { token: "${WEBHOOKD_TEST_TOKEN}" }
+sources: [{name: billing, request_id: "json:id"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Admin.Token != `s3cr"et: #not-a-comment` {
+		t.Errorf("token = %q", cfg.Admin.Token)
+	}
+	if cfg.ReceiptTTL != 2*time.Hour {
+		t.Errorf("receipt_ttl = %v", cfg.ReceiptTTL)
+	}
+}
+
+func TestParseUnsetVariableIsEmpty(t *testing.T) {
+	os.Unsetenv("WEBHOOKD_TEST_UNSET")
+	cfg, err := Parse([]byte(`{admin: {token: "${WEBHOOKD_TEST_UNSET}"}, sources: [{name: a, request_id: "json:id"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Admin.Token != "" {
+		t.Errorf("token = %q, want empty", cfg.Admin.Token)
+	}
+}
+
+func TestValidateNamesFieldAndRule(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"no sources", `listen: ":8080"`, []string{"sources: is required"}},
+		{"bad selector", `sources: [{name: a, request_id: "body:id"}]`, []string{"sources[0].request_id: must be json:<dotted.path> or header:<Name>"}},
+		{"missing request id", `sources: [{name: a}]`, []string{"sources[0].request_id: is required"}},
+		{"bad name", `sources: [{name: "Bad Name", request_id: "json:id"}]`, []string{"sources[0].name: must be 1-64 lowercase"}},
+		{"duplicate names", `sources: [{name: a, request_id: "json:id"}, {name: a, request_id: "json:id"}]`, []string{"sources: must not repeat a name"}},
+		{"version without resource", `sources: [{name: a, request_id: "json:id", version: "json:v"}]`, []string{"sources[0].resource: is required when version is set"}},
+		{"bad version format", `sources: [{name: a, request_id: "json:id", resource: "json:r", version: "json:v", version_format: semver}]`, []string{"sources[0].version_format: must be one of: integer, timestamp"}},
+		{"bad response status", `sources: [{name: a, request_id: "json:id", responses: {stale: 99}}]`, []string{"sources[0].responses[stale]: must be at least 200"}},
+		{"bad response key", `sources: [{name: a, request_id: "json:id", responses: {stael: 409}}]`, []string{"sources[0].responses[stael]: must be one of"}},
+		{"ttl too short", `{receipt_ttl: 10ms, sources: [{name: a, request_id: "json:id"}]}`, []string{"receipt_ttl: must be at least 1s"}},
+		{"bad listen", `{listen: "8080", sources: [{name: a, request_id: "json:id"}]}`, []string{"listen: must be host:port"}},
+		{"bad log level", `{log: {level: loud}, sources: [{name: a, request_id: "json:id"}]}`, []string{"log.level: must be one of: debug, info, warn, error"}},
+		{"unknown field", `{sources: [{name: a, request_id: "json:id", requestid: "json:x"}]}`, []string{"field requestid not found"}},
+		{"every problem at once", `{max_body: 0, sources: [{name: a}]}`, []string{"max_body: must be greater than 0", "sources[0].request_id: is required"}},
+	}
+	for _, tt := range tests {
+		_, err := Parse([]byte(tt.yaml))
+		if err == nil {
+			t.Errorf("%s: Parse succeeded", tt.name)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not contain %q", tt.name, err, w)
+			}
+		}
+	}
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(path, []byte("sources: []"), 0o600)
+	_, err := Load(path)
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("Load error %v does not name %s", err, path)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("Load of a missing file succeeded")
+	}
+}

@@ -1,0 +1,210 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/versioning"
+)
+
+// Unordered is the ordering decision for deliveries without a version.
+const Unordered versioning.Ordering = "unordered"
+
+// decide combines the dedupe and ordering verdicts into the decision.
+// ordering is only consulted for new request IDs: a redelivery is judged by
+// the receipt it repeats.
+func decide(dup dedupe.Outcome, ordering versioning.Ordering) webhookd.Decision {
+	switch {
+	case dup == dedupe.Duplicate:
+		return webhookd.Duplicate
+	case dup == dedupe.Conflict:
+		return webhookd.Conflict
+	case ordering == versioning.Stale:
+		return webhookd.Stale
+	default:
+		return webhookd.Accepted
+	}
+}
+
+// Decide makes the decision for d and writes it, with the receipt, the
+// resource's latest version and the outbox entry, in one transaction. It
+// returns once that transaction is synced to disk.
+func (s *Store) Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error) {
+	var out webhookd.Outcome
+	err := s.update(func(t *tx) error {
+		var err error
+		out, err = s.stageDecision(t, d)
+		return err
+	})
+	if err != nil {
+		return webhookd.Outcome{}, fmt.Errorf("decide %s/%s: %w", d.Source, d.RequestID, err)
+	}
+	return out, nil
+}
+
+func (s *Store) stageDecision(t *tx, d webhookd.Delivery) (webhookd.Outcome, error) {
+	rkey := receiptKey(d.Source, d.RequestID)
+	var held dedupe.Receipt
+	found, _, err := t.get(rkey, &held)
+	if err != nil {
+		return webhookd.Outcome{}, err
+	}
+	expiresAt := expiry(d.ReceivedAt, s.ReceiptTTL)
+
+	if found {
+		dup := dedupe.Classify(&held, d.Fingerprint)
+		decision := decide(dup, "")
+		held.Record(dedupe.Delivery{DeliveryID: d.DeliveryID, ReceivedAt: d.ReceivedAt, Decision: decision})
+		// A provider still retrying must still be recognised: the TTL runs from the last delivery.
+		if err := t.set(rkey, &held, expiresAt); err != nil {
+			return webhookd.Outcome{}, err
+		}
+		latest, err := s.latestOf(t, d.Source, held.Resource)
+		return webhookd.Outcome{Decision: decision, LatestVersion: latest}, err
+	}
+
+	ordering := Unordered
+	var latest versioning.Latest
+	var hasLatest bool
+	if d.Resource != "" && d.Version != "" {
+		lkey := latestKey(d.Source, d.Resource)
+		if hasLatest, _, err = t.get(lkey, &latest); err != nil {
+			return webhookd.Outcome{}, err
+		}
+		prev := &latest
+		if !hasLatest {
+			prev = nil
+		}
+		ordering = versioning.Order(prev, d.VersionOrder)
+	}
+	decision := decide(dedupe.New, ordering)
+
+	r := &dedupe.Receipt{
+		Source:            d.Source,
+		RequestID:         d.RequestID,
+		Resource:          d.Resource,
+		Version:           d.Version,
+		Decision:          decision,
+		Reason:            reason(ordering, d.Version, latest.Version),
+		DuplicateDecision: dedupe.New,
+		OrderingDecision:  string(ordering),
+		PayloadSHA256:     d.Fingerprint,
+		FirstSeen:         d.ReceivedAt,
+		Forward:           webhookd.ForwardStatus{State: webhookd.ForwardNone},
+	}
+	if hasLatest {
+		r.LatestVersionAtDecision = latest.Version
+	}
+	r.Record(dedupe.Delivery{DeliveryID: d.DeliveryID, ReceivedAt: d.ReceivedAt, Decision: decision})
+
+	out := webhookd.Outcome{Decision: decision}
+	if hasLatest {
+		out.LatestVersion = latest.Version
+	}
+	if decision == webhookd.Accepted {
+		if ordering != Unordered {
+			next := versioning.Latest{Version: d.Version, Order: d.VersionOrder, RequestID: d.RequestID, UpdatedAt: d.ReceivedAt}
+			if err := t.set(latestKey(d.Source, d.Resource), &next, 0); err != nil {
+				return webhookd.Outcome{}, err
+			}
+			out.LatestVersion = d.Version
+		}
+		if d.Forward {
+			if err := s.stageOutbox(t, d); err != nil {
+				return webhookd.Outcome{}, err
+			}
+			r.Forward.State = webhookd.ForwardPending
+		}
+	}
+	if err := t.set(rkey, r, expiresAt); err != nil {
+		return webhookd.Outcome{}, err
+	}
+	return out, nil
+}
+
+func (s *Store) stageOutbox(t *tx, d webhookd.Delivery) error {
+	e := forward.Entry{
+		Source:        d.Source,
+		RequestID:     d.RequestID,
+		Resource:      d.Resource,
+		Version:       d.Version,
+		Body:          d.Body,
+		ContentType:   d.ContentType,
+		Headers:       d.Headers,
+		CreatedAt:     d.ReceivedAt,
+		NextAttemptAt: d.ReceivedAt,
+	}
+	return t.set(outboxKey(t.nextSeq()), &e, 0)
+}
+
+// latestOf returns the latest accepted version of resource, or "".
+func (s *Store) latestOf(t *tx, source, resource string) (string, error) {
+	if resource == "" {
+		return "", nil
+	}
+	var l versioning.Latest
+	if _, _, err := t.get(latestKey(source, resource), &l); err != nil {
+		return "", err
+	}
+	return l.Version, nil
+}
+
+func reason(ordering versioning.Ordering, version, latest string) string {
+	switch ordering {
+	case versioning.First:
+		return fmt.Sprintf("request ID not seen before; first version %s of the resource", version)
+	case versioning.Newer:
+		return fmt.Sprintf("request ID not seen before; version %s is newer than the latest accepted version %s", version, latest)
+	case versioning.Stale:
+		return fmt.Sprintf("request ID not seen before; version %s is not newer than the latest accepted version %s, so it was recorded and not applied", version, latest)
+	}
+	return "request ID not seen before; the source has no resource version to order by"
+}
+
+// expiry returns the Badger expiry (Unix seconds, rounded up) of a key
+// written at t that lives for ttl.
+func expiry(t time.Time, ttl time.Duration) uint64 {
+	end := t.Add(ttl)
+	secs := end.Unix()
+	if end.Nanosecond() > 0 {
+		secs++
+	}
+	return uint64(secs)
+}
+
+// Receipt returns the receipt of one request ID.
+func (s *Store) Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error) {
+	var r dedupe.Receipt
+	if err := s.getOne(receiptKey(source, requestID), &r); err != nil {
+		return nil, fmt.Errorf("receipt %s/%s: %w", source, requestID, err)
+	}
+	return &r, nil
+}
+
+// Latest returns the latest accepted version of one resource.
+func (s *Store) Latest(ctx context.Context, source, resource string) (*versioning.Latest, error) {
+	var l versioning.Latest
+	if err := s.getOne(latestKey(source, resource), &l); err != nil {
+		return nil, fmt.Errorf("latest %s/%s: %w", source, resource, err)
+	}
+	return &l, nil
+}
+
+func (s *Store) getOne(key []byte, v any) error {
+	return s.view(func(txn *badger.Txn) error {
+		found, _, err := (&tx{txn: txn}).get(key, v)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return webhookd.Errorf(webhookd.ENOTFOUND, "not found")
+		}
+		return nil
+	})
+}

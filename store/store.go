@@ -1,0 +1,345 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+
+	"github.com/webhookd/webhookd"
+)
+
+// Defaults for Options.
+const (
+	DefaultReceiptTTL = 168 * time.Hour
+	DefaultGCInterval = 5 * time.Minute
+	DefaultMaxBatch   = 1024
+)
+
+// ErrClosed is returned for operations submitted after Close.
+var ErrClosed = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "store is closed"}
+
+// Store is the Badger-backed receipt, version and outbox store.
+type Store struct {
+	Path       string
+	ReceiptTTL time.Duration
+	GCInterval time.Duration
+	MaxBatch   int
+	Logger     *zap.Logger
+
+	db      *badger.DB
+	ops     chan *op
+	mu      sync.RWMutex // guards closed against submitters racing Close
+	closed  bool
+	closing chan struct{}
+	wg      sync.WaitGroup
+
+	nextSeq uint64 // next outbox position; owned by the writer goroutine
+
+	memTableSize int64 // Badger's default when 0; tests shrink it to force batch splits
+}
+
+// New returns a store for the Badger directory path with default settings.
+// Change the fields before Open.
+func New(path string) *Store {
+	return &Store{
+		Path:       path,
+		ReceiptTTL: DefaultReceiptTTL,
+		GCInterval: DefaultGCInterval,
+		MaxBatch:   DefaultMaxBatch,
+		Logger:     zap.NewNop(),
+		closing:    make(chan struct{}),
+	}
+}
+
+// Open opens Badger and starts the writer and the value-log GC.
+func (s *Store) Open() error {
+	if s.Path == "" {
+		return errors.New("store: path required")
+	}
+	if s.ReceiptTTL < time.Second {
+		return errors.New("store: receipt TTL must be at least 1s (Badger expires keys by the second)")
+	}
+	opts := badger.DefaultOptions(s.Path).
+		// A 2xx tells the provider to stop retrying: it may only be sent once the decision is on disk.
+		WithSyncWrites(true).
+		// All writes go through one writer goroutine, so there is nothing to detect.
+		WithDetectConflicts(false).
+		WithLogger(badgerLogger{s.Logger.Sugar()})
+	if s.memTableSize > 0 {
+		opts = opts.WithMemTableSize(s.memTableSize).WithValueThreshold(s.memTableSize / 16)
+	}
+	db, err := badger.Open(opts)
+	if err != nil {
+		return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: fmt.Sprintf("open store %s: %v", s.Path, err)}
+	}
+	s.db = db
+	if s.nextSeq, err = s.lastSeq(); err != nil {
+		db.Close()
+		return fmt.Errorf("read outbox position: %w", err)
+	}
+	s.nextSeq++
+	s.ops = make(chan *op, s.MaxBatch)
+	s.wg.Add(2)
+	go s.write()
+	go s.collectGarbage()
+	return nil
+}
+
+// Close stops taking operations, applies those already submitted, stops the
+// goroutines and closes Badger. It returns the first error.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed || s.db == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.closing)
+	s.wg.Wait()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close badger: %w", err)
+	}
+	return nil
+}
+
+// Ready reports whether the store takes operations.
+func (s *Store) Ready() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil || s.db.IsClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// op is one unit of work for the writer. stage reads through the batch's
+// transaction and stages its writes on t; the writer applies them only if
+// stage returns nil.
+type op struct {
+	stage func(t *tx) error
+	done  chan error
+}
+
+// update runs stage in the writer's next batch and waits until that batch is
+// synced to disk.
+func (s *Store) update(stage func(t *tx) error) error {
+	o := &op{stage: stage, done: make(chan error, 1)}
+	s.mu.RLock()
+	if s.closed || s.db == nil {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	s.ops <- o
+	s.mu.RUnlock()
+	return <-o.done
+}
+
+// view runs fn in a read-only transaction.
+func (s *Store) view(fn func(txn *badger.Txn) error) error {
+	if err := s.Ready(); err != nil {
+		return err
+	}
+	if err := s.db.View(fn); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+func (s *Store) write() {
+	defer s.wg.Done()
+	batch := make([]*op, 0, s.MaxBatch)
+	for {
+		select {
+		case o := <-s.ops:
+			batch = append(batch[:0], o)
+			batch = s.drain(batch)
+			s.apply(batch)
+		case <-s.closing:
+			// Close waited for submitters, so what is queued now is all there is.
+			for len(s.ops) > 0 {
+				s.apply(s.drain(batch[:0]))
+			}
+			return
+		}
+	}
+}
+
+// drain adds the operations already waiting, up to MaxBatch: while one batch
+// syncs, the next one gathers.
+func (s *Store) drain(batch []*op) []*op {
+	for len(batch) < s.MaxBatch {
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (s *Store) apply(ops []*op) {
+	for len(ops) > 0 {
+		ops = ops[s.commit(ops):]
+	}
+}
+
+// commit stages ops in one transaction until one does not fit, commits the
+// ones that do, answers them and returns how many it answered.
+func (s *Store) commit(ops []*op) int {
+	txn := s.db.NewTransaction(true)
+	defer txn.Discard()
+	errs := make([]error, len(ops))
+	for i, o := range ops {
+		t := &tx{txn: txn, seq: &s.nextSeq}
+		err := o.stage(t)
+		if err == nil {
+			err = t.flush()
+		}
+		if errors.Is(err, badger.ErrTxnTooBig) {
+			// The transaction now holds part of o's writes: start again
+			// without o, or fail o alone if it cannot fit even by itself.
+			txn.Discard()
+			if i == 0 {
+				o.done <- webhookd.Errorf(webhookd.EINVALID, "operation too big for one transaction")
+				return 1
+			}
+			return s.commit(ops[:i])
+		}
+		errs[i] = err
+	}
+	commitErr := txn.Commit()
+	if commitErr != nil {
+		s.Logger.Error("commit batch", zap.Int("ops", len(ops)), zap.Error(commitErr))
+		commitErr = unavailable(commitErr)
+	}
+	for i, o := range ops {
+		if errs[i] == nil {
+			errs[i] = commitErr
+		}
+		o.done <- errs[i]
+	}
+	return len(ops)
+}
+
+func (s *Store) collectGarbage() {
+	defer s.wg.Done()
+	ticker := time.NewTicker(s.GCInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-ticker.C:
+			s.RunGC()
+		}
+	}
+}
+
+// RunGC rewrites value-log files until none is worth rewriting, so that
+// expired receipts and delivered outbox entries give their disk back.
+func (s *Store) RunGC() {
+	for s.db.RunValueLogGC(0.5) == nil {
+	}
+}
+
+// lastSeq returns the highest outbox position in use, or 0.
+func (s *Store) lastSeq() (uint64, error) {
+	var seq uint64
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Reverse: true, Prefix: []byte{prefixOutbox}})
+		defer it.Close()
+		it.Seek([]byte{prefixOutbox, 0xff})
+		if it.Valid() {
+			seq = binary.BigEndian.Uint64(it.Item().Key()[1:])
+		}
+		return nil
+	})
+	return seq, err
+}
+
+// tx is one operation's view of the batch transaction: reads go straight
+// through (seeing earlier operations' writes), writes wait in the op until
+// it has finished without error.
+type tx struct {
+	txn    *badger.Txn
+	seq    *uint64
+	writes []*badger.Entry
+	dels   [][]byte
+}
+
+// get decodes the JSON value at key into v. It reports false when the key is
+// absent or expired, and the key's expiry (0 for none) when present.
+func (t *tx) get(key []byte, v any) (found bool, expiresAt uint64, err error) {
+	item, err := t.txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, 0, nil
+	}
+	if err != nil {
+		return false, 0, unavailable(err)
+	}
+	if err := item.Value(func(b []byte) error { return json.Unmarshal(b, v) }); err != nil {
+		return false, 0, fmt.Errorf("decode %q: %w", key, err)
+	}
+	return true, item.ExpiresAt(), nil
+}
+
+// set stages v as JSON at key; expiresAt is a Unix time in seconds, 0 for never.
+func (t *tx) set(key []byte, v any, expiresAt uint64) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %q: %w", key, err)
+	}
+	e := badger.NewEntry(key, b)
+	e.ExpiresAt = expiresAt
+	t.writes = append(t.writes, e)
+	return nil
+}
+
+func (t *tx) delete(key []byte) { t.dels = append(t.dels, key) }
+
+// nextSeq hands out the next outbox position. Positions of an op that is
+// staged again after a split are skipped, which leaves gaps but keeps order.
+func (t *tx) nextSeq() uint64 {
+	n := *t.seq
+	*t.seq++
+	return n
+}
+
+func (t *tx) flush() error {
+	for _, e := range t.writes {
+		if err := t.txn.SetEntry(e); err != nil {
+			return err
+		}
+	}
+	for _, k := range t.dels {
+		if err := t.txn.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func unavailable(err error) error {
+	var e *webhookd.Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "storage unavailable: " + err.Error()}
+}
+
+// badgerLogger sends Badger's logs to zap. Badger's info lines describe its
+// housekeeping, so they go out at debug level.
+type badgerLogger struct{ *zap.SugaredLogger }
+
+func (l badgerLogger) Errorf(f string, a ...any)   { l.SugaredLogger.Errorf(f, a...) }
+func (l badgerLogger) Warningf(f string, a ...any) { l.SugaredLogger.Warnf(f, a...) }
+func (l badgerLogger) Infof(f string, a ...any)    { l.SugaredLogger.Debugf(f, a...) }
+func (l badgerLogger) Debugf(f string, a ...any)   { l.SugaredLogger.Debugf(f, a...) }

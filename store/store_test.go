@@ -1,0 +1,397 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/versioning"
+)
+
+var ctx = context.Background()
+
+func openStore(t *testing.T, dir string) *Store {
+	t.Helper()
+	s := New(dir)
+	s.Logger = zaptest.NewLogger(t)
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func delivery(requestID, deliveryID, body string) webhookd.Delivery {
+	fp, _ := dedupe.Fingerprint([]byte(body), nil)
+	return webhookd.Delivery{
+		Source:      "billing",
+		RequestID:   requestID,
+		DeliveryID:  deliveryID,
+		Fingerprint: fp,
+		ReceivedAt:  time.Now(),
+		Forward:     true,
+		Body:        []byte(body),
+		ContentType: "application/json",
+	}
+}
+
+func versioned(requestID, resource string, version uint64) webhookd.Delivery {
+	d := delivery(requestID, "d-"+requestID, fmt.Sprintf(`{"id":%q,"v":%d}`, requestID, version))
+	d.Resource = resource
+	d.Version = strconv.FormatUint(version, 10)
+	d.VersionOrder = version
+	return d
+}
+
+func mustDecide(t *testing.T, s *Store, d webhookd.Delivery) webhookd.Outcome {
+	t.Helper()
+	out, err := s.Decide(ctx, d)
+	if err != nil {
+		t.Fatalf("Decide(%s): %v", d.RequestID, err)
+	}
+	return out
+}
+
+func TestDecideTable(t *testing.T) {
+	tests := []struct {
+		dup      dedupe.Outcome
+		ordering versioning.Ordering
+		want     webhookd.Decision
+	}{
+		{dedupe.New, Unordered, webhookd.Accepted},
+		{dedupe.New, versioning.First, webhookd.Accepted},
+		{dedupe.New, versioning.Newer, webhookd.Accepted},
+		{dedupe.New, versioning.Stale, webhookd.Stale},
+		{dedupe.Duplicate, "", webhookd.Duplicate},
+		{dedupe.Conflict, "", webhookd.Conflict},
+	}
+	for _, tt := range tests {
+		if got := decide(tt.dup, tt.ordering); got != tt.want {
+			t.Errorf("decide(%s, %s) = %s, want %s", tt.dup, tt.ordering, got, tt.want)
+		}
+	}
+}
+
+func TestRetriesWithNewDeliveryIDsAreDuplicates(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	want := []webhookd.Decision{webhookd.Accepted, webhookd.Duplicate, webhookd.Duplicate}
+	for i, w := range want {
+		out := mustDecide(t, s, delivery("req-4401", fmt.Sprint("dlv-", i), `{"request_id":"req-4401"}`))
+		if out.Decision != w {
+			t.Errorf("delivery %d: %s, want %s", i, out.Decision, w)
+		}
+	}
+	r, err := s.Receipt(ctx, "billing", "req-4401")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Decision != webhookd.Accepted || r.Attempts != 3 || len(r.Deliveries) != 3 {
+		t.Errorf("receipt = %s, %d attempts, %d deliveries; want accepted, 3, 3", r.Decision, r.Attempts, len(r.Deliveries))
+	}
+	for i, d := range r.Deliveries {
+		if d.DeliveryID != fmt.Sprint("dlv-", i) || d.Decision != want[i] {
+			t.Errorf("deliveries[%d] = %+v", i, d)
+		}
+	}
+	if r.Forward.State != webhookd.ForwardPending {
+		t.Errorf("forward state = %s, want pending", r.Forward.State)
+	}
+	if n := countOutbox(t, s); n != 1 {
+		t.Errorf("outbox holds %d entries, want 1", n)
+	}
+}
+
+func TestStaleVersionsAreRecordedNotApplied(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	steps := []struct {
+		d      webhookd.Delivery
+		want   webhookd.Decision
+		latest string
+	}{
+		{versioned("req-10", "sub_1", 10), webhookd.Accepted, "10"},
+		{versioned("req-9", "sub_1", 9), webhookd.Stale, "10"},
+		{versioned("req-10b", "sub_1", 10), webhookd.Stale, "10"},
+		{versioned("req-9", "sub_1", 9), webhookd.Duplicate, "10"}, // a redelivery of a stale request
+		{versioned("req-11", "sub_1", 11), webhookd.Accepted, "11"},
+	}
+	for _, st := range steps {
+		out := mustDecide(t, s, st.d)
+		if out.Decision != st.want || out.LatestVersion != st.latest {
+			t.Errorf("%s v%s: %s latest %s; want %s latest %s", st.d.RequestID, st.d.Version, out.Decision, out.LatestVersion, st.want, st.latest)
+		}
+	}
+	r, err := s.Receipt(ctx, "billing", "req-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Decision != webhookd.Stale || r.OrderingDecision != "stale" || r.LatestVersionAtDecision != "10" || r.Forward.State != webhookd.ForwardNone {
+		t.Errorf("stale receipt = %+v", r)
+	}
+	l, err := s.Latest(ctx, "billing", "sub_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Version != "11" || l.RequestID != "req-11" {
+		t.Errorf("latest = %+v, want 11 by req-11", l)
+	}
+	if n := countOutbox(t, s); n != 2 {
+		t.Errorf("outbox holds %d entries, want 2 (versions 10 and 11)", n)
+	}
+}
+
+func TestReusedRequestIDWithAnotherBodyIsAConflict(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	mustDecide(t, s, delivery("req-1", "a", `{"amount":10}`))
+	if out := mustDecide(t, s, delivery("req-1", "b", `{"amount":99}`)); out.Decision != webhookd.Conflict {
+		t.Fatalf("decision = %s, want conflict", out.Decision)
+	}
+	r, _ := s.Receipt(ctx, "billing", "req-1")
+	if r.Decision != webhookd.Accepted || r.Deliveries[1].Decision != webhookd.Conflict {
+		t.Errorf("receipt = %+v", r)
+	}
+	if n := countOutbox(t, s); n != 1 {
+		t.Errorf("outbox holds %d entries, want 1", n)
+	}
+}
+
+func TestConcurrentDeliveriesOfOneRequestIDAcceptOnce(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	const n = 200
+	counts := make(map[webhookd.Decision]int)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := s.Decide(ctx, delivery("req-same", fmt.Sprint("d", i), `{"x":1}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			counts[out.Decision]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if counts[webhookd.Accepted] != 1 || counts[webhookd.Duplicate] != n-1 {
+		t.Errorf("decisions = %v, want 1 accepted and %d duplicates", counts, n-1)
+	}
+	if r, _ := s.Receipt(ctx, "billing", "req-same"); r.Attempts != n {
+		t.Errorf("attempts = %d, want %d", r.Attempts, n)
+	}
+}
+
+func TestConcurrentVersionsNeverMoveLatestBackwards(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	const n = 100
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var accepted []uint64
+	for v := uint64(1); v <= n; v++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := s.Decide(ctx, versioned(fmt.Sprint("req-", v), "sub_1", v))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if out.Decision == webhookd.Accepted {
+				mu.Lock()
+				accepted = append(accepted, v)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	l, err := s.Latest(ctx, "billing", "sub_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Version != strconv.Itoa(n) {
+		t.Errorf("latest = %s, want %d", l.Version, n)
+	}
+	// The outbox order is the acceptance order: it must be increasing.
+	entries := outbox(t, s)
+	if len(entries) != len(accepted) {
+		t.Fatalf("outbox holds %d entries, %d accepted", len(entries), len(accepted))
+	}
+	for i := 1; i < len(entries); i++ {
+		a, _ := strconv.Atoi(entries[i-1].Version)
+		b, _ := strconv.Atoi(entries[i].Version)
+		if b <= a {
+			t.Fatalf("outbox has version %d after %d", b, a)
+		}
+	}
+}
+
+func TestBatchSeesItsOwnEarlierDecisions(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ds := []webhookd.Delivery{
+		versioned("req-a", "sub_1", 5),
+		versioned("req-a", "sub_1", 5), // same request, same batch
+		versioned("req-b", "sub_1", 4), // older version, same batch
+		versioned("req-c", "sub_1", 6),
+	}
+	want := []webhookd.Decision{webhookd.Accepted, webhookd.Duplicate, webhookd.Stale, webhookd.Accepted}
+	got := applyAsOneBatch(t, s, ds)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("op %d: %s, want %s", i, got[i], want[i])
+		}
+	}
+}
+
+func TestOversizedBatchIsSplit(t *testing.T) {
+	dir := t.TempDir()
+	s := New(dir)
+	s.Logger = zaptest.NewLogger(t)
+	s.memTableSize = 1 << 20 // Badger then takes about 150 KB per transaction
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	body := string(make([]byte, 8<<10))
+	var ds []webhookd.Delivery
+	for i := 0; i < 60; i++ { // about 480 KB of outbox bodies
+		ds = append(ds, delivery(fmt.Sprint("req-", i), "d", fmt.Sprintf(`{"n":%d,"pad":%q}`, i, body)))
+	}
+	ds = append(ds, delivery("req-0", "d", fmt.Sprintf(`{"n":%d,"pad":%q}`, 0, body)))
+	got := applyAsOneBatch(t, s, ds)
+	for i, d := range got[:60] {
+		if d != webhookd.Accepted {
+			t.Fatalf("op %d: %s, want accepted", i, d)
+		}
+	}
+	if got[60] != webhookd.Duplicate {
+		t.Errorf("redelivery after the split: %s, want duplicate", got[60])
+	}
+	if n := countOutbox(t, s); n != 60 {
+		t.Errorf("outbox holds %d entries, want 60", n)
+	}
+}
+
+// applyAsOneBatch hands ds to the writer's apply in one call, as if they had
+// all been waiting together.
+func applyAsOneBatch(t *testing.T, s *Store, ds []webhookd.Delivery) []webhookd.Decision {
+	t.Helper()
+	got := make([]webhookd.Decision, len(ds))
+	ops := make([]*op, len(ds))
+	for i, d := range ds {
+		ops[i] = &op{done: make(chan error, 1), stage: func(tx *tx) error {
+			out, err := s.stageDecision(tx, d)
+			got[i] = out.Decision
+			return err
+		}}
+	}
+	s.apply(ops)
+	for i, o := range ops {
+		if err := <-o.done; err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+	}
+	return got
+}
+
+func TestReceiptsAndVersionsSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	mustDecide(t, s, versioned("req-10", "sub_1", 10))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir)
+	if out := mustDecide(t, s, versioned("req-10", "sub_1", 10)); out.Decision != webhookd.Duplicate {
+		t.Errorf("after reopen: %s, want duplicate", out.Decision)
+	}
+	if out := mustDecide(t, s, versioned("req-9", "sub_1", 9)); out.Decision != webhookd.Stale {
+		t.Errorf("after reopen: %s, want stale", out.Decision)
+	}
+	mustDecide(t, s, versioned("req-11", "sub_1", 11))
+	entries := outbox(t, s)
+	if len(entries) != 2 || entries[0].RequestID != "req-10" || entries[1].RequestID != "req-11" {
+		t.Errorf("outbox after reopen = %+v, want req-10 then req-11", entries)
+	}
+}
+
+func TestReceiptsExpireAfterTTL(t *testing.T) {
+	s := New(t.TempDir())
+	s.Logger = zaptest.NewLogger(t)
+	s.ReceiptTTL = time.Second
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustDecide(t, s, versioned("req-1", "sub_1", 1))
+	// Badger expires by the second; waiting past two boundaries is certain.
+	time.Sleep(2100 * time.Millisecond)
+	if _, err := s.Receipt(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
+		t.Fatalf("receipt past TTL: err = %v, want not found", err)
+	}
+	if l, err := s.Latest(ctx, "billing", "sub_1"); err != nil || l.Version != "1" {
+		t.Errorf("latest version must not expire: %+v, %v", l, err)
+	}
+	// A forgotten request ID is new work again; its old version is now stale.
+	if out := mustDecide(t, s, versioned("req-1", "sub_1", 1)); out.Decision != webhookd.Stale {
+		t.Errorf("redelivery past TTL: %s, want stale", out.Decision)
+	}
+}
+
+func TestClosedStoreIsUnavailable(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	s.Close()
+	_, err := s.Decide(ctx, delivery("req-1", "d", "{}"))
+	if webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Errorf("Decide after Close: %v, want unavailable", err)
+	}
+	if s.Ready() == nil {
+		t.Error("Ready after Close = nil")
+	}
+	if _, err := s.Receipt(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Errorf("Receipt after Close: %v, want unavailable", err)
+	}
+}
+
+func TestOpenFailsOnALockedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	openStore(t, dir)
+	s := New(dir)
+	err := s.Open()
+	if webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Fatalf("second Open: %v, want unavailable", err)
+	}
+}
+
+func outbox(t *testing.T, s *Store) []forward.Entry {
+	t.Helper()
+	var entries []forward.Entry
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixOutbox}, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var e forward.Entry
+			if _, _, err := (&tx{txn: txn}).get(it.Item().KeyCopy(nil), &e); err != nil {
+				return err
+			}
+			entries = append(entries, e)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries
+}
+
+func countOutbox(t *testing.T, s *Store) int { return len(outbox(t, s)) }

@@ -1,0 +1,108 @@
+package versioning
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Format is how a source writes its versions.
+type Format string
+
+const (
+	// Integer versions are non-negative whole numbers, as JSON numbers or
+	// numeric strings.
+	Integer Format = "integer"
+	// Timestamp versions are RFC 3339 times; later is newer.
+	Timestamp Format = "timestamp"
+)
+
+// Formats lists the valid formats.
+func Formats() []Format { return []Format{Integer, Timestamp} }
+
+// ErrInvalid is wrapped by every Parse error.
+var ErrInvalid = errors.New("invalid version")
+
+// Parse returns the order key of raw in format f. Keys of one format compare
+// like the versions they stand for.
+func Parse(f Format, raw string) (uint64, error) {
+	switch f {
+	case Integer:
+		return parseInteger(raw)
+	case Timestamp:
+		return parseTimestamp(raw)
+	}
+	return 0, fmt.Errorf("%w: unknown format %q", ErrInvalid, f)
+}
+
+func parseInteger(raw string) (uint64, error) {
+	if raw == "" {
+		return 0, fmt.Errorf("%w: empty", ErrInvalid)
+	}
+	if raw[0] == '-' {
+		return 0, fmt.Errorf("%w: %q is negative", ErrInvalid, raw)
+	}
+	// ParseUint alone would take "+1" and "0x1f"; only plain digits are a version.
+	for i := 0; i < len(raw); i++ {
+		if raw[i] < '0' || raw[i] > '9' {
+			return 0, fmt.Errorf("%w: %q is not a non-negative integer", ErrInvalid, raw)
+		}
+	}
+	n, err := strconv.ParseUint(raw, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is out of range", ErrInvalid, raw)
+	}
+	return n, nil
+}
+
+// UnixNano is defined for years 1678 to 2262; outside that the order key
+// would wrap, so such times are refused rather than misordered.
+var (
+	minTime = time.Unix(0, -1<<63).UTC()
+	maxTime = time.Unix(0, 1<<63-1).UTC()
+)
+
+func parseTimestamp(raw string) (uint64, error) {
+	t, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is not an RFC 3339 timestamp", ErrInvalid, raw)
+	}
+	if t.Before(minTime) || t.After(maxTime) {
+		return 0, fmt.Errorf("%w: %q is out of range", ErrInvalid, raw)
+	}
+	// Flipping the sign bit maps int64 order onto uint64 order.
+	return uint64(t.UnixNano()) ^ (1 << 63), nil
+}
+
+// Latest is the latest accepted version of one resource.
+type Latest struct {
+	Version   string    `json:"version"` // as the sender gave it
+	Order     uint64    `json:"order"`
+	RequestID string    `json:"request_id"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Ordering is what the stale rule says about a new request's version.
+type Ordering string
+
+const (
+	// First: the resource has no accepted version yet.
+	First Ordering = "first"
+	// Newer: the version is greater than the latest accepted one.
+	Newer Ordering = "newer"
+	// Stale: the version is lower than or equal to the latest accepted one.
+	Stale Ordering = "stale"
+)
+
+// Order applies the stale rule. latest is nil when the resource is new.
+func Order(latest *Latest, order uint64) Ordering {
+	switch {
+	case latest == nil:
+		return First
+	case order > latest.Order:
+		return Newer
+	default:
+		return Stale
+	}
+}
