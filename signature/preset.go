@@ -1,0 +1,49 @@
+package signature
+
+// Preset holds a scheme's default selectors, which configuration loading
+// applies when a source does not set its own. A selector is
+// "json:<dotted.path>" (a field of the body) or "header:<Name>". An empty
+// field means the provider has no dependable place for that value.
+type Preset struct {
+	RequestID  string // identifies the event; the same across the provider's retries
+	DeliveryID string // identifies one notification of the event, where a provider sends several
+	Resource   string // identifies the object the event is about
+	Version    string // orders changes to that object
+}
+
+// PresetFor returns the defaults for scheme, or the zero Preset for schemes
+// without any (none, hmac-sha256, and unknown names).
+//
+//   - github: RequestID "header:X-GitHub-Delivery", a GUID GitHub keeps
+//     when it redelivers.
+//   - stripe: RequestID "json:id", the event's evt_ id, kept on retries;
+//     Resource "json:data.object.id", since every Stripe event wraps the
+//     affected API object (a few, such as balance, have no id, and then the
+//     selector finds nothing).
+//   - standard-webhooks: RequestID "header:webhook-id", which the spec
+//     makes the idempotency key, stable across retries.
+//   - shopify: RequestID "header:X-Shopify-Event-Id", shared by every
+//     webhook the same event triggers; DeliveryID
+//     "header:X-Shopify-Webhook-Id", one per webhook (subscription and
+//     event), kept on retries.
+//   - slack: RequestID "json:event_id", present on Events API callbacks
+//     (slash commands and interactivity payloads have none).
+//
+// No scheme gets a Version default: no provider puts a per-object change
+// counter in every payload, and a timestamp would order equal-second
+// events arbitrarily.
+func PresetFor(scheme string) Preset {
+	switch scheme {
+	case GitHub:
+		return Preset{RequestID: "header:X-GitHub-Delivery"}
+	case Stripe:
+		return Preset{RequestID: "json:id", Resource: "json:data.object.id"}
+	case StandardWebhooks:
+		return Preset{RequestID: "header:webhook-id"}
+	case Shopify:
+		return Preset{RequestID: "header:X-Shopify-Event-Id", DeliveryID: "header:X-Shopify-Webhook-Id"}
+	case Slack:
+		return Preset{RequestID: "json:event_id"}
+	}
+	return Preset{}
+}
