@@ -1,0 +1,194 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+	"go.uber.org/zap"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/versioning"
+)
+
+// Decider makes, records and answers the decision for one delivery.
+type Decider interface {
+	Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error)
+	Ready() error
+}
+
+// Records is what the admin API reads.
+type Records interface {
+	Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error)
+	Latest(ctx context.Context, source, resource string) (*versioning.Latest, error)
+}
+
+// Server runs the public and the admin listener.
+type Server struct {
+	logger  *zap.Logger
+	decider Decider
+	records Records
+	now     func() time.Time
+	token   string
+	sources map[string]*source
+
+	public, admin       *fiber.App
+	publicLn, adminLn   net.Listener
+	publicAddr, adminAd string
+	stopping            atomic.Bool
+}
+
+// NewServer builds both apps from cfg. It fails on a source it cannot
+// compile; a validated configuration always compiles.
+func NewServer(cfg *configs.Config, decider Decider, records Records, logger *zap.Logger) (*Server, error) {
+	s := &Server{
+		logger:     logger,
+		decider:    decider,
+		records:    records,
+		now:        time.Now,
+		token:      cfg.Admin.Token,
+		sources:    make(map[string]*source, len(cfg.Sources)),
+		publicAddr: cfg.Listen,
+		adminAd:    cfg.Admin.Listen,
+	}
+	for i := range cfg.Sources {
+		src, err := compileSource(&cfg.Sources[i])
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", cfg.Sources[i].Name, err)
+		}
+		s.sources[src.Name] = src
+	}
+	s.public = s.newApp(cfg.MaxBody)
+	s.public.Get("/healthz", s.handleHealthz)
+	s.public.Get("/readyz", s.handleReadyz)
+	s.public.All("/hooks/:source", s.handleHook)
+
+	s.admin = s.newApp(64 << 10)
+	s.admin.Use(s.requireToken)
+	s.admin.Get("/admin/receipts/:source/:request_id", s.handleGetReceipt)
+	s.admin.Get("/admin/resources/:source/:resource", s.handleGetResource)
+	return s, nil
+}
+
+func (s *Server) newApp(bodyLimit int) *fiber.App {
+	app := fiber.New(fiber.Config{
+		AppName:               "webhookd",
+		DisableStartupMessage: true,
+		BodyLimit:             bodyLimit,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+		ErrorHandler:          s.handleError,
+	})
+	app.Use(recover.New(recover.Config{
+		EnableStackTrace: true,
+		StackTraceHandler: func(c *fiber.Ctx, e any) {
+			s.logger.Error("panic in handler", zap.String("path", c.Path()), zap.Any("panic", e), zap.Stack("stack"))
+		},
+	}))
+	return app
+}
+
+// Public and Admin expose the apps, for tests through app.Test.
+func (s *Server) Public() *fiber.App { return s.public }
+func (s *Server) Admin() *fiber.App  { return s.admin }
+
+// Open binds both listeners, so that a bad address fails here, then serves
+// them in the background.
+func (s *Server) Open() error {
+	var err error
+	if s.publicLn, err = net.Listen("tcp", s.publicAddr); err != nil {
+		return fmt.Errorf("listen %s: %w", s.publicAddr, err)
+	}
+	if s.adminLn, err = net.Listen("tcp", s.adminAd); err != nil {
+		s.publicLn.Close()
+		return fmt.Errorf("admin listen %s: %w", s.adminAd, err)
+	}
+	go s.serve(s.public, s.publicLn)
+	go s.serve(s.admin, s.adminLn)
+	return nil
+}
+
+func (s *Server) serve(app *fiber.App, ln net.Listener) {
+	if err := app.Listener(ln); err != nil {
+		s.logger.Error("serve", zap.String("addr", ln.Addr().String()), zap.Error(err))
+	}
+}
+
+// PublicAddr and AdminAddr return the bound addresses (useful with port 0).
+func (s *Server) PublicAddr() string { return s.publicLn.Addr().String() }
+func (s *Server) AdminAddr() string  { return s.adminLn.Addr().String() }
+
+// Shutdown stops taking requests and waits, until ctx ends, for those in
+// flight to finish.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopping.Store(true)
+	return errors.Join(
+		s.public.ShutdownWithContext(ctx),
+		s.admin.ShutdownWithContext(ctx),
+	)
+}
+
+func (s *Server) handleHealthz(c *fiber.Ctx) error {
+	return c.JSON(fiber.Map{"status": "ok"})
+}
+
+func (s *Server) handleReadyz(c *fiber.Ctx) error {
+	if s.stopping.Load() {
+		return webhookd.Errorf(webhookd.EUNAVAILABLE, "shutting down")
+	}
+	if err := s.decider.Ready(); err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"status": "ready"})
+}
+
+// statuses is the one table from error codes to HTTP statuses.
+var statuses = map[string]int{
+	webhookd.EINVALID:      fiber.StatusBadRequest,
+	webhookd.EUNAUTHORIZED: fiber.StatusUnauthorized,
+	webhookd.ENOTFOUND:     fiber.StatusNotFound,
+	webhookd.EMETHOD:       fiber.StatusMethodNotAllowed,
+	webhookd.ECONFLICT:     fiber.StatusConflict,
+	webhookd.ETOOLARGE:     fiber.StatusRequestEntityTooLarge,
+	webhookd.EUNAVAILABLE:  fiber.StatusServiceUnavailable,
+	webhookd.EINTERNAL:     fiber.StatusInternalServerError,
+}
+
+// errorStatus returns the HTTP status and the caller-safe body of err.
+// Fiber's own errors (no route, body too large) keep their status.
+func errorStatus(err error) (int, fiber.Map) {
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		return fe.Code, fiber.Map{"error": strings.ToLower(fe.Message)}
+	}
+	body := fiber.Map{"error": webhookd.ErrorMessage(err)}
+	if f := webhookd.ErrorField(err); f != "" {
+		body["field"] = f
+	}
+	return statuses[webhookd.ErrorCode(err)], body
+}
+
+// handleError is the one place that writes error responses.
+func (s *Server) handleError(c *fiber.Ctx, err error) error {
+	status, body := errorStatus(err)
+	if source, ok := strings.CutPrefix(c.Path(), "/hooks/"); ok && status == fiber.StatusRequestEntityTooLarge {
+		// Refused before any route ran (no params exist yet), so it is logged here.
+		s.logger.Info("delivery", zap.String("source", source), zap.String("decision", "rejected"), zap.Int("status", status), zap.Error(err))
+	}
+	if status >= 500 {
+		s.logger.Error("request failed", zap.String("method", c.Method()), zap.String("path", c.Path()), zap.Int("status", status), zap.Error(err))
+	}
+	if status == fiber.StatusServiceUnavailable {
+		c.Set(fiber.HeaderRetryAfter, "1")
+	}
+	return c.Status(status).JSON(body)
+}

@@ -1,0 +1,412 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/store"
+)
+
+const testConfig = `
+max_body: 2048
+admin: { token: "t0ken" }
+sources:
+  - name: billing
+    request_id: json:request_id
+    delivery_id: header:X-Delivery-Id
+    resource: json:data.object.id
+    version: json:data.object.version
+    fingerprint_exclude: [sent_at]
+  - name: strict
+    request_id: header:Idempotency-Key
+    resource: header:X-Resource
+    version: json:updated_at
+    version_format: timestamp
+    responses: { stale: 409 }
+  - name: plain
+    request_id: json:items.0.id
+`
+
+type fixture struct {
+	t      *testing.T
+	server *Server
+	store  *store.Store
+}
+
+func newFixture(t *testing.T, wrap func(Decider) Decider) *fixture {
+	t.Helper()
+	cfg, err := configs.Parse([]byte(testConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(t.TempDir())
+	st.Logger = zaptest.NewLogger(t)
+	if err := st.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var d Decider = st
+	if wrap != nil {
+		d = wrap(st)
+	}
+	srv, err := NewServer(cfg, d, st, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, server: srv, store: st}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   map[string]any
+}
+
+func (f *fixture) do(req *http.Request) response {
+	f.t.Helper()
+	app := f.server.Public()
+	if strings.HasPrefix(req.URL.Path, "/admin/") {
+		app = f.server.Admin()
+	}
+	resp, err := app.Test(req, -1)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := response{status: resp.StatusCode, header: resp.Header}
+	if err := json.Unmarshal(raw, &r.body); err != nil {
+		f.t.Fatalf("%s %s: answer is not JSON: %q", req.Method, req.URL, raw)
+	}
+	return r
+}
+
+func (f *fixture) post(source, body string, headers ...string) response {
+	f.t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/hooks/"+source, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	return f.do(req)
+}
+
+func (f *fixture) admin(path string) response {
+	f.t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Header.Set("Authorization", "Bearer t0ken")
+	return f.do(req)
+}
+
+func (f *fixture) hasReceipt(source, requestID string) bool {
+	_, err := f.store.Receipt(context.Background(), source, requestID)
+	return err == nil
+}
+
+func billing(requestID, resource string, version any) string {
+	b, _ := json.Marshal(map[string]any{
+		"request_id": requestID,
+		"sent_at":    "now",
+		"data":       map[string]any{"object": map[string]any{"id": resource, "version": version}},
+	})
+	return string(b)
+}
+
+func expect(t *testing.T, r response, status int, decision string) {
+	t.Helper()
+	if r.status != status || r.body["decision"] != decision || r.header.Get("Webhook-Decision") != decision {
+		t.Errorf("got %d %v (header %q), want %d %s", r.status, r.body, r.header.Get("Webhook-Decision"), status, decision)
+	}
+}
+
+func TestRetriesWithNewDeliveryIDs(t *testing.T) {
+	f := newFixture(t, nil)
+	body := billing("req-4401", "sub_1", 1)
+	expect(t, f.post("billing", body, "X-Delivery-Id", "dlv-1"), 202, "accepted")
+	r := f.post("billing", strings.Replace(body, `"now"`, `"later"`, 1), "X-Delivery-Id", "dlv-2") // sent_at is left out of the fingerprint
+	expect(t, r, 200, "duplicate")
+	expect(t, f.post("billing", body, "X-Delivery-Id", "dlv-3"), 200, "duplicate")
+	want := map[string]any{"decision": "duplicate", "source": "billing", "request_id": "req-4401", "delivery_id": "dlv-2", "resource": "sub_1", "version": "1", "latest_version": "1"}
+	for k, v := range want {
+		if r.body[k] != v {
+			t.Errorf("answer[%s] = %v, want %v", k, r.body[k], v)
+		}
+	}
+
+	rec := f.admin("/admin/receipts/billing/req-4401")
+	if rec.status != 200 || rec.body["attempts"] != 3.0 || rec.body["decision"] != "accepted" {
+		t.Fatalf("receipt = %d %v", rec.status, rec.body)
+	}
+	deliveries := rec.body["deliveries"].([]any)
+	for i, d := range deliveries {
+		if id := d.(map[string]any)["delivery_id"]; id != fmt.Sprint("dlv-", i+1) {
+			t.Errorf("deliveries[%d].delivery_id = %v", i, id)
+		}
+	}
+	for _, key := range []string{"source", "request_id", "resource", "version", "reason", "duplicate_decision", "ordering_decision", "payload_sha256", "first_seen", "last_seen", "forward", "residual_risk"} {
+		if _, ok := rec.body[key]; !ok {
+			t.Errorf("receipt lacks %s", key)
+		}
+	}
+}
+
+func TestStaleVersions(t *testing.T) {
+	f := newFixture(t, nil)
+	expect(t, f.post("billing", billing("req-10", "sub_1", 10)), 202, "accepted")
+	r := f.post("billing", billing("req-9", "sub_1", 9))
+	expect(t, r, 200, "stale")
+	if r.body["latest_version"] != "10" || r.body["version"] != "9" {
+		t.Errorf("stale answer = %v", r.body)
+	}
+	expect(t, f.post("billing", billing("req-10b", "sub_1", "10")), 200, "stale")
+	res := f.admin("/admin/resources/billing/sub_1")
+	if res.status != 200 || res.body["version"] != "10" || res.body["request_id"] != "req-10" {
+		t.Errorf("resource = %d %v", res.status, res.body)
+	}
+	rec := f.admin("/admin/receipts/billing/req-9")
+	if rec.body["decision"] != "stale" || rec.body["latest_version_at_decision"] != "10" || rec.body["ordering_decision"] != "stale" {
+		t.Errorf("stale receipt = %v", rec.body)
+	}
+}
+
+func TestStaleStatusIsConfigurable(t *testing.T) {
+	f := newFixture(t, nil)
+	send := func(id, at string) response {
+		return f.post("strict", fmt.Sprintf(`{"updated_at":%q}`, at), "Idempotency-Key", id, "X-Resource", "cus/42")
+	}
+	expect(t, send("a", "2026-11-30T10:00:00Z"), 202, "accepted")
+	expect(t, send("b", "2026-11-30T09:59:59Z"), 409, "stale")
+	expect(t, send("c", "2026-11-30T11:00:00+01:00"), 409, "stale") // the same instant
+	expect(t, send("d", "2026-11-30T10:00:00.001Z"), 202, "accepted")
+	// A resource holding '/' is reachable percent-encoded.
+	if r := f.admin("/admin/resources/strict/cus%2F42"); r.status != 200 || r.body["request_id"] != "d" {
+		t.Errorf("resource = %d %v", r.status, r.body)
+	}
+}
+
+func TestConflict(t *testing.T) {
+	f := newFixture(t, nil)
+	expect(t, f.post("billing", billing("req-1", "sub_1", 1)), 202, "accepted")
+	expect(t, f.post("billing", billing("req-1", "sub_1", 2)), 422, "conflict")
+	if r := f.admin("/admin/resources/billing/sub_1"); r.body["version"] != "1" {
+		t.Errorf("a conflict moved the latest version: %v", r.body)
+	}
+}
+
+func TestConcurrentDeliveriesOfOneRequestID(t *testing.T) {
+	f := newFixture(t, nil)
+	const n = 200
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	counts := map[any]int{}
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := f.post("billing", billing("req-burst", "sub_1", 1), "X-Delivery-Id", fmt.Sprint("d", i))
+			mu.Lock()
+			counts[r.body["decision"]]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if counts["accepted"] != 1 || counts["duplicate"] != n-1 {
+		t.Errorf("decisions = %v, want 1 accepted, %d duplicates", counts, n-1)
+	}
+}
+
+func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	long := strings.Repeat("x", 257)
+	tests := []struct {
+		name      string
+		method    string
+		source    string
+		body      string
+		headers   []string
+		status    int
+		field     string
+		requestID string // must have no receipt afterwards
+	}{
+		{"unknown source", "POST", "nope", billing("r1", "s", 1), nil, 404, "", "r1"},
+		{"unknown source, GET", "GET", "nope", "", nil, 404, "", ""},
+		{"GET on a known source", "GET", "billing", "", nil, 405, "", ""},
+		{"PUT on a known source", "PUT", "billing", billing("r2", "s", 1), nil, 405, "", "r2"},
+		{"not JSON", "POST", "billing", `request_id=r4`, nil, 400, "body", "r4"},
+		{"truncated JSON", "POST", "billing", billing("r5", "s", 1)[:30], nil, 400, "body", "r5"},
+		{"request ID missing", "POST", "billing", `{"data":{"object":{"id":"s","version":1}}}`, nil, 400, "request_id", ""},
+		{"request ID empty", "POST", "billing", billing("", "s", 1), nil, 400, "request_id", ""},
+		{"request ID too long", "POST", "billing", billing(long, "s", 1), nil, 400, "request_id", long},
+		{"request ID with a control character", "POST", "billing", billing("r\u0007x", "s", 1), nil, 400, "request_id", "r\u0007x"},
+		{"request ID is an object", "POST", "billing", `{"request_id":{"a":1},"data":{"object":{"id":"s","version":1}}}`, nil, 400, "request_id", ""},
+		{"request ID is null", "POST", "billing", `{"request_id":null,"data":{"object":{"id":"s","version":1}}}`, nil, 400, "request_id", ""},
+		{"resource missing", "POST", "billing", `{"request_id":"r6","data":{"object":{"version":1}}}`, nil, 400, "resource", "r6"},
+		{"resource empty", "POST", "billing", billing("r7", "", 1), nil, 400, "resource", "r7"},
+		{"version missing", "POST", "billing", `{"request_id":"r8","data":{"object":{"id":"s"}}}`, nil, 400, "version", "r8"},
+		{"version negative", "POST", "billing", billing("r9", "s", -1), nil, 400, "version", "r9"},
+		{"version fractional", "POST", "billing", billing("r10", "s", 1.5), nil, 400, "version", "r10"},
+		{"version not a number", "POST", "billing", billing("r11", "s", "ten"), nil, 400, "version", "r11"},
+		{"version not a timestamp", "POST", "strict", `{"updated_at":"yesterday"}`, []string{"Idempotency-Key", "r12", "X-Resource", "s"}, 400, "version", "r12"},
+		{"header request ID missing", "POST", "strict", `{"updated_at":"2026-11-30T10:00:00Z"}`, []string{"X-Resource", "s"}, 400, "request_id", ""},
+		{"header resource missing", "POST", "strict", `{"updated_at":"2026-11-30T10:00:00Z"}`, []string{"Idempotency-Key", "r13"}, 400, "resource", "r13"},
+		{"delivery ID too long", "POST", "billing", billing("r14", "s", 1), []string{"X-Delivery-Id", long}, 400, "delivery_id", "r14"},
+	}
+	for _, tt := range tests {
+		req := httptest.NewRequest(tt.method, "/hooks/"+tt.source, strings.NewReader(tt.body))
+		for i := 0; i+1 < len(tt.headers); i += 2 {
+			req.Header.Set(tt.headers[i], tt.headers[i+1])
+		}
+		r := f.do(req)
+		if r.status != tt.status {
+			t.Errorf("%s: status %d %v, want %d", tt.name, r.status, r.body, tt.status)
+		}
+		if msg, _ := r.body["error"].(string); msg == "" {
+			t.Errorf("%s: no error message in %v", tt.name, r.body)
+		}
+		if tt.field != "" && r.body["field"] != tt.field {
+			t.Errorf("%s: field %v, want %s", tt.name, r.body["field"], tt.field)
+		}
+		if tt.requestID != "" && (f.hasReceipt("billing", tt.requestID) || f.hasReceipt("strict", tt.requestID)) {
+			t.Errorf("%s: a receipt was written", tt.name)
+		}
+	}
+	if r := f.admin("/admin/resources/billing/s"); r.status != 404 {
+		t.Errorf("bad input moved a latest version: %d %v", r.status, r.body)
+	}
+	if r := f.post("billing", billing("ok", "s", 1)); r.status != 202 {
+		t.Errorf("a good delivery after the bad ones: %d %v", r.status, r.body)
+	}
+}
+
+func TestMethodNotAllowedSaysWhatIs(t *testing.T) {
+	f := newFixture(t, nil)
+	r := f.do(httptest.NewRequest(http.MethodGet, "/hooks/billing", nil))
+	if r.status != 405 || r.header.Get("Allow") != "POST" {
+		t.Errorf("got %d Allow=%q", r.status, r.header.Get("Allow"))
+	}
+}
+
+func TestArrayIndexSelectorAndUnversionedSource(t *testing.T) {
+	f := newFixture(t, nil)
+	r := f.post("plain", `{"items":[{"id":"evt_1"}]}`)
+	expect(t, r, 202, "accepted")
+	if r.body["resource"] != nil || r.body["latest_version"] != nil {
+		t.Errorf("unversioned answer = %v", r.body)
+	}
+	if !f.hasReceipt("plain", "evt_1") {
+		t.Error("no receipt for evt_1")
+	}
+}
+
+func TestStorageUnavailableIs503(t *testing.T) {
+	f := newFixture(t, nil)
+	f.store.Close()
+	r := f.post("billing", billing("r1", "s", 1))
+	if r.status != 503 || r.header.Get("Retry-After") == "" {
+		t.Errorf("got %d %v Retry-After=%q, want 503 with Retry-After", r.status, r.body, r.header.Get("Retry-After"))
+	}
+	if r := f.do(httptest.NewRequest(http.MethodGet, "/readyz", nil)); r.status != 503 {
+		t.Errorf("readyz with a closed store: %d", r.status)
+	}
+	if r := f.do(httptest.NewRequest(http.MethodGet, "/healthz", nil)); r.status != 200 {
+		t.Errorf("healthz: %d", r.status)
+	}
+}
+
+// panicky is a Decider that fails the way a bug would.
+type panicky struct{ Decider }
+
+func (p panicky) Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error) {
+	if d.RequestID == "boom" {
+		panic("bug")
+	}
+	return p.Decider.Decide(ctx, d)
+}
+
+func TestPanicIs500AndTheServerLivesOn(t *testing.T) {
+	f := newFixture(t, func(d Decider) Decider { return panicky{d} })
+	if r := f.post("billing", billing("boom", "s", 1)); r.status != 500 || r.body["error"] == "" {
+		t.Errorf("panic: %d %v", r.status, r.body)
+	}
+	expect(t, f.post("billing", billing("fine", "s", 1)), 202, "accepted")
+}
+
+func TestAdminNeedsToken(t *testing.T) {
+	f := newFixture(t, nil)
+	f.post("billing", billing("req-1", "s", 1))
+	for _, auth := range []string{"", "Bearer wrong", "t0ken", "Basic t0ken"} {
+		req := httptest.NewRequest(http.MethodGet, "/admin/receipts/billing/req-1", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		if r := f.do(req); r.status != 401 {
+			t.Errorf("Authorization %q: %d, want 401", auth, r.status)
+		}
+	}
+	if r := f.admin("/admin/receipts/billing/req-1"); r.status != 200 {
+		t.Errorf("with the token: %d", r.status)
+	}
+	if r := f.admin("/admin/receipts/billing/nope"); r.status != 404 {
+		t.Errorf("unknown receipt: %d", r.status)
+	}
+	if r := f.admin("/admin/resources/billing/nope"); r.status != 404 {
+		t.Errorf("unknown resource: %d", r.status)
+	}
+}
+
+func TestAdminWithoutConfiguredTokenRefusesEverything(t *testing.T) {
+	cfg, _ := configs.Parse([]byte(`sources: [{name: a, request_id: "json:id"}]`))
+	st := store.New(t.TempDir())
+	if err := st.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := NewServer(cfg, st, st, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/admin/receipts/a/x", nil)
+	req.Header.Set("Authorization", "Bearer ")
+	resp, _ := srv.Admin().Test(req, -1)
+	if resp.StatusCode != 401 {
+		t.Errorf("empty token: %d, want 401", resp.StatusCode)
+	}
+}
+
+// A body over max_body is refused by the HTTP server before any route runs,
+// which app.Test reports as a transport error: this one goes over loopback.
+func TestBodyOverMaxBodyIs413(t *testing.T) {
+	f := newFixture(t, nil)
+	f.server.publicAddr, f.server.adminAd = "127.0.0.1:0", "127.0.0.1:0"
+	if err := f.server.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer f.server.Shutdown(context.Background())
+	body := `{"request_id":"big","pad":"` + strings.Repeat("x", 3000) + `"}`
+	resp, err := http.Post("http://"+f.server.PublicAddr()+"/hooks/billing", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		t.Fatalf("413 answer is not JSON: %v", err)
+	}
+	if resp.StatusCode != 413 || answer["error"] == "" {
+		t.Errorf("got %d %v, want 413 with an error", resp.StatusCode, answer)
+	}
+	if f.hasReceipt("billing", "big") {
+		t.Error("a receipt was written for a body over max_body")
+	}
+}

@@ -1,0 +1,266 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-playground/validator/v10"
+	"github.com/gofiber/fiber/v2"
+	"github.com/tidwall/gjson"
+	"go.uber.org/zap"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/versioning"
+)
+
+// maxIDLen bounds request IDs, delivery IDs and resources: they are keys,
+// and a provider's IDs are far shorter.
+const maxIDLen = 256
+
+// selector finds one value in a delivery: a header, or a JSON path in the
+// body. The zero selector is "not configured".
+type selector struct {
+	name   string // as configured, for error messages
+	header string
+	path   string // gjson path, each segment escaped
+}
+
+func parseSelector(field, spec string) (selector, error) {
+	kind, arg, _ := strings.Cut(spec, ":")
+	switch {
+	case spec == "":
+		return selector{}, nil
+	case kind == "header" && arg != "":
+		return selector{name: field, header: arg}, nil
+	case kind == "json" && arg != "":
+		return selector{name: field, path: jsonPath(arg)}, nil
+	}
+	return selector{}, fmt.Errorf("%s: bad selector %q", field, spec)
+}
+
+// jsonPath turns a dotted path into a gjson path that reads every segment
+// literally: a key may hold characters gjson treats as syntax.
+func jsonPath(dotted string) string {
+	segs := strings.Split(dotted, ".")
+	for i, s := range segs {
+		segs[i] = gjson.Escape(s)
+	}
+	return strings.Join(segs, ".")
+}
+
+func (sel selector) configured() bool { return sel.header != "" || sel.path != "" }
+
+// value returns the selected value, or "" when it is absent. JSON numbers
+// come back as written; objects, arrays, booleans and null are refused.
+func (sel selector) value(c *fiber.Ctx, body []byte) (string, error) {
+	if sel.header != "" {
+		return strings.Clone(c.Get(sel.header)), nil
+	}
+	r := gjson.GetBytes(body, sel.path)
+	switch r.Type {
+	case gjson.Null:
+		if r.Exists() {
+			return "", webhookd.FieldErrorf(sel.name, "%s is null", sel.name)
+		}
+		return "", nil
+	case gjson.String:
+		return r.Str, nil
+	case gjson.Number:
+		return r.Raw, nil
+	}
+	return "", webhookd.FieldErrorf(sel.name, "%s must be a string or a number", sel.name)
+}
+
+// source is a configured source, compiled for the request path.
+type source struct {
+	*configs.Source
+	requestID, deliveryID, resource, version selector
+	exclude                                  []string
+	needsJSON                                bool
+}
+
+func compileSource(cfg *configs.Source) (*source, error) {
+	src := &source{Source: cfg}
+	var errs []error
+	for _, f := range []struct {
+		sel  *selector
+		name string
+		spec string
+	}{
+		{&src.requestID, "request_id", cfg.RequestID},
+		{&src.deliveryID, "delivery_id", cfg.DeliveryID},
+		{&src.resource, "resource", cfg.Resource},
+		{&src.version, "version", cfg.Version},
+	} {
+		var err error
+		*f.sel, err = parseSelector(f.name, f.spec)
+		errs = append(errs, err)
+		src.needsJSON = src.needsJSON || f.sel.path != ""
+	}
+	for _, p := range cfg.FingerprintExclude {
+		src.exclude = append(src.exclude, jsonPath(p))
+	}
+	src.needsJSON = src.needsJSON || len(src.exclude) > 0
+	return src, errors.Join(errs...)
+}
+
+// handleHook takes one webhook delivery.
+func (s *Server) handleHook(c *fiber.Ctx) error {
+	start := time.Now()
+	src, ok := s.sources[c.Params("source")]
+	if !ok {
+		return webhookd.Errorf(webhookd.ENOTFOUND, "unknown source %q", c.Params("source"))
+	}
+	if c.Method() != fiber.MethodPost {
+		c.Set(fiber.HeaderAllow, fiber.MethodPost)
+		return webhookd.Errorf(webhookd.EMETHOD, "webhooks are delivered with POST")
+	}
+	d, err := s.parse(c, src)
+	var out webhookd.Outcome
+	if err == nil {
+		out, err = s.decider.Decide(c.UserContext(), d)
+	}
+	status := src.Status(out.Decision)
+	if err != nil {
+		status, _ = errorStatus(err)
+	}
+	s.logger.Info("delivery",
+		zap.String("source", src.Name),
+		zap.String("request_id", d.RequestID),
+		zap.String("delivery_id", d.DeliveryID),
+		zap.String("resource", d.Resource),
+		zap.String("version", d.Version),
+		zap.String("decision", decisionOrRejected(out.Decision, err)),
+		zap.Int("status", status),
+		zap.Duration("latency", time.Since(start)),
+		zap.NamedError("reason", err),
+	)
+	if err != nil {
+		return err
+	}
+	c.Set("Webhook-Decision", string(out.Decision))
+	return c.Status(status).JSON(answer{
+		Decision:      out.Decision,
+		Source:        src.Name,
+		RequestID:     d.RequestID,
+		DeliveryID:    orNull(d.DeliveryID),
+		Resource:      orNull(d.Resource),
+		Version:       orNull(d.Version),
+		LatestVersion: orNull(out.LatestVersion),
+	})
+}
+
+// answer is the JSON body of every decided delivery.
+type answer struct {
+	Decision      webhookd.Decision `json:"decision"`
+	Source        string            `json:"source"`
+	RequestID     string            `json:"request_id"`
+	DeliveryID    *string           `json:"delivery_id"`
+	Resource      *string           `json:"resource"`
+	Version       *string           `json:"version"`
+	LatestVersion *string           `json:"latest_version"`
+}
+
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func decisionOrRejected(d webhookd.Decision, err error) string {
+	if err != nil {
+		return "rejected"
+	}
+	return string(d)
+}
+
+// parse turns the request into a validated Delivery, or an error blaming
+// the field at fault. Nothing is written for a request that fails here.
+func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
+	body := c.Body()
+	if src.needsJSON && !gjson.ValidBytes(body) {
+		return webhookd.Delivery{}, webhookd.FieldErrorf("body", "body is not valid JSON")
+	}
+	d := webhookd.Delivery{Source: src.Name, ReceivedAt: s.now()}
+	var err error
+	if d.RequestID, err = idValue(c, body, src.requestID, true); err != nil {
+		return d, err
+	}
+	if d.DeliveryID, err = idValue(c, body, src.deliveryID, false); err != nil {
+		return d, err
+	}
+	if d.Resource, err = idValue(c, body, src.resource, src.resource.configured()); err != nil {
+		return d, err
+	}
+	if src.version.configured() {
+		if d.Version, err = src.version.value(c, body); err != nil {
+			return d, err
+		}
+		if d.Version == "" {
+			return d, webhookd.FieldErrorf("version", "version is missing (%s)", src.Source.Version)
+		}
+		if d.VersionOrder, err = versioning.Parse(src.VersionFormat, d.Version); err != nil {
+			return d, webhookd.FieldErrorf("version", "version %q is not a valid %s version", d.Version, src.VersionFormat)
+		}
+	}
+	if d.Fingerprint, err = dedupe.Fingerprint(body, src.exclude); err != nil {
+		return d, webhookd.FieldErrorf("body", "cannot fingerprint body: %v", err)
+	}
+	return d, nil
+}
+
+// idValue reads an identifier and checks it can serve as a key.
+func idValue(c *fiber.Ctx, body []byte, sel selector, required bool) (string, error) {
+	if !sel.configured() {
+		return "", nil
+	}
+	v, err := sel.value(c, body)
+	if err != nil {
+		return "", err
+	}
+	if v == "" {
+		if required {
+			return "", webhookd.FieldErrorf(sel.name, "%s is missing or empty", sel.name)
+		}
+		return "", nil
+	}
+	var fieldErrs validator.ValidationErrors
+	if errors.As(envelope.Var(v, keyRules), &fieldErrs) {
+		return "", webhookd.FieldErrorf(sel.name, "%s %s", sel.name, keyProblems[fieldErrs[0].Tag()])
+	}
+	return v, nil
+}
+
+// envelope validates the identifiers taken from a delivery.
+var envelope = func() *validator.Validate {
+	v := validator.New()
+	if err := v.RegisterValidation("key", func(fl validator.FieldLevel) bool { return printable(fl.Field().String()) }); err != nil {
+		panic(err)
+	}
+	return v
+}()
+
+var keyRules = fmt.Sprintf("max=%d,key", maxIDLen)
+
+var keyProblems = map[string]string{
+	"max": fmt.Sprintf("is longer than %d bytes", maxIDLen),
+	"key": "must be UTF-8 without control characters",
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}
