@@ -64,6 +64,26 @@ type Source struct {
 	VersionFormat      versioning.Format         `yaml:"version_format" validate:"oneof=integer timestamp"`
 	FingerprintExclude []string                  `yaml:"fingerprint_exclude" validate:"dive,json_path"`
 	Responses          map[webhookd.Decision]int `yaml:"responses" validate:"dive,keys,oneof=accepted duplicate stale conflict,endkeys,gte=200,lte=599"`
+	// Forward is nil when the source only records decisions.
+	Forward *Forward `yaml:"forward"`
+}
+
+// Forward configures delivery of a source's accepted webhooks downstream.
+type Forward struct {
+	URL         string            `yaml:"url" validate:"required,http_url"`
+	Timeout     time.Duration     `yaml:"timeout" validate:"gt=0"`
+	Concurrency int               `yaml:"concurrency" validate:"gte=1,lte=1024"`
+	MaxAttempts int               `yaml:"max_attempts" validate:"gte=1"`
+	Backoff     Backoff           `yaml:"backoff"`
+	Supersede   bool              `yaml:"supersede"`
+	Headers     map[string]string `yaml:"headers" validate:"dive,keys,header_name,endkeys"`
+	PassHeaders []string          `yaml:"pass_headers" validate:"dive,header_name"`
+}
+
+// Backoff bounds the delay between forward attempts.
+type Backoff struct {
+	Initial time.Duration `yaml:"initial" validate:"gt=0"`
+	Max     time.Duration `yaml:"max" validate:"gtefield=Initial"`
 }
 
 // New returns a configuration holding the defaults.
@@ -141,6 +161,20 @@ func expandEnv(n *yaml.Node) {
 func (s *Source) setDefaults() {
 	if s.VersionFormat == "" {
 		s.VersionFormat = versioning.Integer
+	}
+	if f := s.Forward; f != nil {
+		setDefault(&f.Timeout, 10*time.Second)
+		setDefault(&f.Concurrency, 8)
+		setDefault(&f.MaxAttempts, 12)
+		setDefault(&f.Backoff.Initial, time.Second)
+		setDefault(&f.Backoff.Max, 10*time.Minute)
+	}
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 
@@ -258,6 +292,7 @@ var rules = map[string]string{
 	"header_name": "must be an HTTP header name",
 	"listen":      "must be host:port, e.g. :8080 or 127.0.0.1:8081",
 	"unique":      "must not repeat a name",
+	"gtefield":    "must not be less than backoff.initial",
 	"http_url":    "must be an http or https URL",
 }
 

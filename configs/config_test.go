@@ -125,3 +125,26 @@ func TestLoadNamesTheFile(t *testing.T) {
 		t.Error("Load of a missing file succeeded")
 	}
 }
+
+func TestForwardDefaultsAndValidation(t *testing.T) {
+	cfg, err := Parse([]byte(`sources: [{name: a, request_id: "json:id", forward: {url: "http://127.0.0.1:9000/a"}}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := cfg.Sources[0].Forward
+	if f.Timeout != 10*time.Second || f.Concurrency != 8 || f.MaxAttempts != 12 || f.Backoff.Initial != time.Second || f.Backoff.Max != 10*time.Minute || f.Supersede {
+		t.Errorf("forward defaults = %+v", f)
+	}
+	for yaml, want := range map[string]string{
+		`{url: "ftp://x"}`: "sources[0].forward.url: must be an http or https URL",
+		`{url: "http://x", backoff: {initial: 5s, max: 1s}}`:   "sources[0].forward.backoff.max: must not be less than backoff.initial",
+		`{url: "http://x", concurrency: 5000}`:                 "sources[0].forward.concurrency: must be at most 1024",
+		`{url: "http://x", headers: {"Bad Header": "v"}}`:      "sources[0].forward.headers[Bad Header]: must be an HTTP header name",
+		`{url: "http://x", pass_headers: ["X-Ok", "no good"]}`: "sources[0].forward.pass_headers[1]: must be an HTTP header name",
+	} {
+		_, err := Parse([]byte(`sources: [{name: a, request_id: "json:id", forward: ` + yaml + `}]`))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("forward %s: error %v, want %q", yaml, err, want)
+		}
+	}
+}

@@ -1,6 +1,12 @@
 package forward
 
-import "time"
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Entry is one accepted delivery waiting to be forwarded. Entries of one
 // resource are created in version order (the stale rule refuses anything
@@ -11,7 +17,6 @@ type Entry struct {
 	RequestID     string            `json:"request_id"`
 	Resource      string            `json:"resource,omitempty"`
 	Version       string            `json:"version,omitempty"`
-	Body          []byte            `json:"body"`
 	ContentType   string            `json:"content_type,omitempty"`
 	Headers       map[string]string `json:"headers,omitempty"`
 	CreatedAt     time.Time         `json:"created_at"`
@@ -19,4 +24,36 @@ type Entry struct {
 	NextAttemptAt time.Time         `json:"next_attempt_at"`
 	LastStatus    int               `json:"last_status,omitempty"`
 	LastError     string            `json:"last_error,omitempty"`
+	DeadAt        *time.Time        `json:"dead_at,omitempty"`
+	Body          []byte            `json:"-"`
+}
+
+// Encode stores the body as raw bytes after the JSON metadata, so that the
+// forwarder's scheduler can read an entry's metadata without its body and
+// a body costs no base64.
+func (e *Entry) Encode() ([]byte, error) {
+	meta, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode entry: %w", err)
+	}
+	b := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen32+len(meta)+len(e.Body)), uint64(len(meta)))
+	b = append(b, meta...)
+	return append(b, e.Body...), nil
+}
+
+// Decode reads an encoded entry; withBody false leaves Body nil. The entry
+// keeps no reference to b.
+func (e *Entry) Decode(b []byte, withBody bool) error {
+	n, size := binary.Uvarint(b)
+	if size <= 0 || uint64(len(b)-size) < n {
+		return errors.New("decode entry: bad length")
+	}
+	meta := b[size : size+int(n)]
+	if err := json.Unmarshal(meta, e); err != nil {
+		return fmt.Errorf("decode entry: %w", err)
+	}
+	if withBody {
+		e.Body = append([]byte(nil), b[size+int(n):]...)
+	}
+	return nil
 }

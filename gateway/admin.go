@@ -1,14 +1,17 @@
 package gateway
 
 import (
+	"context"
 	"crypto/subtle"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/forward"
 )
 
 // requireToken guards the admin API. With no token configured every call is
@@ -41,12 +44,16 @@ type receiptView struct {
 	ResidualRisk []string `json:"residual_risk"`
 }
 
-func (s *Server) handleGetReceipt(c *fiber.Ctx) error {
-	source, err := param(c, "source")
-	if err != nil {
-		return err
+// requestParams returns the source and request ID a path names.
+func requestParams(c *fiber.Ctx) (source, requestID string, err error) {
+	if source, err = param(c, "source"); err == nil {
+		requestID, err = param(c, "request_id")
 	}
-	requestID, err := param(c, "request_id")
+	return source, requestID, err
+}
+
+func (s *Server) handleGetReceipt(c *fiber.Ctx) error {
+	source, requestID, err := requestParams(c)
 	if err != nil {
 		return err
 	}
@@ -71,4 +78,66 @@ func (s *Server) handleGetResource(c *fiber.Ctx) error {
 		return err
 	}
 	return c.JSON(fiber.Map{"version": l.Version, "request_id": l.RequestID, "updated_at": l.UpdatedAt})
+}
+
+// entryView is an outbox entry or dead letter as the admin API lists it:
+// without the body and the passed-through headers, which may be sensitive.
+type entryView struct {
+	Source        string     `json:"source"`
+	RequestID     string     `json:"request_id"`
+	Resource      string     `json:"resource,omitempty"`
+	Version       string     `json:"version,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	Attempts      int        `json:"attempts"`
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	LastStatus    int        `json:"last_status,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	DeadAt        *time.Time `json:"dead_at,omitempty"`
+}
+
+func listEntries(c *fiber.Ctx, list func(ctx context.Context, source string) ([]forward.Entry, error)) error {
+	entries, err := list(c.UserContext(), c.Query("source"))
+	if err != nil {
+		return err
+	}
+	items := make([]entryView, len(entries))
+	for i, e := range entries {
+		items[i] = entryView{
+			Source: e.Source, RequestID: e.RequestID, Resource: e.Resource, Version: e.Version,
+			CreatedAt: e.CreatedAt, Attempts: e.Attempts, LastStatus: e.LastStatus, LastError: e.LastError, DeadAt: e.DeadAt,
+		}
+		if e.DeadAt == nil {
+			items[i].NextAttemptAt = &e.NextAttemptAt
+		}
+	}
+	return c.JSON(fiber.Map{"items": items})
+}
+
+func (s *Server) handleListOutbox(c *fiber.Ctx) error { return listEntries(c, s.records.Outbox) }
+func (s *Server) handleListDeadLetters(c *fiber.Ctx) error {
+	return listEntries(c, s.records.DeadLetters)
+}
+
+// act runs one repair on the request a path names and answers what it did.
+func act(c *fiber.Ctx, status int, did string, fn func(ctx context.Context, source, requestID string) error) error {
+	source, requestID, err := requestParams(c)
+	if err != nil {
+		return err
+	}
+	if err := fn(c.UserContext(), source, requestID); err != nil {
+		return err
+	}
+	return c.Status(status).JSON(fiber.Map{"source": source, "request_id": requestID, "forward": did})
+}
+
+func (s *Server) handleRedeliver(c *fiber.Ctx) error {
+	return act(c, fiber.StatusAccepted, string(webhookd.ForwardPending), s.records.Redeliver)
+}
+
+func (s *Server) handleRetryDeadLetter(c *fiber.Ctx) error {
+	return act(c, fiber.StatusAccepted, string(webhookd.ForwardPending), s.records.RetryDeadLetter)
+}
+
+func (s *Server) handleDiscardDeadLetter(c *fiber.Ctx) error {
+	return act(c, fiber.StatusOK, string(webhookd.ForwardDiscarded), s.records.DiscardDeadLetter)
 }

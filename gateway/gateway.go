@@ -16,6 +16,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -25,10 +26,15 @@ type Decider interface {
 	Ready() error
 }
 
-// Records is what the admin API reads.
+// Records is what the admin API reads and repairs.
 type Records interface {
 	Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error)
 	Latest(ctx context.Context, source, resource string) (*versioning.Latest, error)
+	Outbox(ctx context.Context, source string) ([]forward.Entry, error)
+	DeadLetters(ctx context.Context, source string) ([]forward.Entry, error)
+	RetryDeadLetter(ctx context.Context, source, requestID string) error
+	DiscardDeadLetter(ctx context.Context, source, requestID string) error
+	Redeliver(ctx context.Context, source, requestID string) error
 }
 
 // Server runs the public and the admin listener.
@@ -75,6 +81,11 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 	s.admin.Use(s.requireToken)
 	s.admin.Get("/admin/receipts/:source/:request_id", s.handleGetReceipt)
 	s.admin.Get("/admin/resources/:source/:resource", s.handleGetResource)
+	s.admin.Post("/admin/receipts/:source/:request_id/redeliver", s.handleRedeliver)
+	s.admin.Get("/admin/outbox", s.handleListOutbox)
+	s.admin.Get("/admin/deadletters", s.handleListDeadLetters)
+	s.admin.Post("/admin/deadletters/:source/:request_id/retry", s.handleRetryDeadLetter)
+	s.admin.Delete("/admin/deadletters/:source/:request_id", s.handleDiscardDeadLetter)
 	return s, nil
 }
 

@@ -212,7 +212,27 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 	if d.Fingerprint, err = dedupe.Fingerprint(body, src.exclude); err != nil {
 		return d, webhookd.FieldErrorf("body", "cannot fingerprint body: %v", err)
 	}
+	if src.Forward != nil {
+		d.Forward = true
+		d.Body = body // read only while Decide runs, inside this handler
+		d.ContentType = strings.Clone(c.Get(fiber.HeaderContentType))
+		d.Headers = passHeaders(c, src.Forward.PassHeaders)
+	}
 	return d, nil
+}
+
+// passHeaders copies the configured headers the request carries.
+func passHeaders(c *fiber.Ctx, names []string) map[string]string {
+	var h map[string]string
+	for _, name := range names {
+		if v := c.Get(name); v != "" {
+			if h == nil {
+				h = make(map[string]string, len(names))
+			}
+			h[name] = strings.Clone(v)
+		}
+	}
+	return h
 }
 
 // idValue reads an identifier and checks it can serve as a key.

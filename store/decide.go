@@ -116,7 +116,7 @@ func (s *Store) stageDecision(t *tx, d webhookd.Delivery) (webhookd.Outcome, err
 			out.LatestVersion = d.Version
 		}
 		if d.Forward {
-			if err := s.stageOutbox(t, d); err != nil {
+			if err := s.stageOutbox(t, d, expiresAt); err != nil {
 				return webhookd.Outcome{}, err
 			}
 			r.Forward.State = webhookd.ForwardPending
@@ -128,7 +128,9 @@ func (s *Store) stageDecision(t *tx, d webhookd.Delivery) (webhookd.Outcome, err
 	return out, nil
 }
 
-func (s *Store) stageOutbox(t *tx, d webhookd.Delivery) error {
+// stageOutbox writes the forward intent and keeps a copy of the payload
+// (for redelivery) as long as the receipt.
+func (s *Store) stageOutbox(t *tx, d webhookd.Delivery, expiresAt uint64) error {
 	e := forward.Entry{
 		Source:        d.Source,
 		RequestID:     d.RequestID,
@@ -140,7 +142,12 @@ func (s *Store) stageOutbox(t *tx, d webhookd.Delivery) error {
 		CreatedAt:     d.ReceivedAt,
 		NextAttemptAt: d.ReceivedAt,
 	}
-	return t.set(outboxKey(t.nextSeq()), &e, 0)
+	b, err := t.enqueue(&e)
+	if err != nil {
+		return err
+	}
+	t.setRaw(payloadKey(d.Source, d.RequestID), b, expiresAt)
+	return nil
 }
 
 // latestOf returns the latest accepted version of resource, or "".

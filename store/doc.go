@@ -20,5 +20,7 @@
 //
 //	r<source>\x00<request_id>  receipt (dedupe.Receipt, JSON), expires after receipt_ttl
 //	v<source>\x00<resource>    latest accepted version (versioning.Latest, JSON), never expires
-//	o<seq:8 bytes big-endian>  outbox entry (forward.Entry, JSON)
+//	o<seq:8 bytes big-endian>  outbox entry (forward.Entry, encoded), until forwarded
+//	d<source>\x00<request_id>  dead letter (forward.Entry, encoded), until retried or discarded
+//	p<source>\x00<request_id>  accepted payload of a forwarding source, for redelivery; expires after receipt_ttl
 package store

@@ -6,6 +6,8 @@ const (
 	prefixReceipt = 'r'
 	prefixLatest  = 'v'
 	prefixOutbox  = 'o'
+	prefixDead    = 'd'
+	prefixPayload = 'p'
 )
 
 func pairKey(prefix byte, a, b string) []byte {
@@ -18,6 +20,17 @@ func pairKey(prefix byte, a, b string) []byte {
 
 func receiptKey(source, requestID string) []byte { return pairKey(prefixReceipt, source, requestID) }
 func latestKey(source, resource string) []byte   { return pairKey(prefixLatest, source, resource) }
+func deadKey(source, requestID string) []byte    { return pairKey(prefixDead, source, requestID) }
+func payloadKey(source, requestID string) []byte { return pairKey(prefixPayload, source, requestID) }
+
+// sourcePrefix is the key prefix of one source's keys under prefix, or of
+// every source's when source is "".
+func sourcePrefix(prefix byte, source string) []byte {
+	if source == "" {
+		return []byte{prefix}
+	}
+	return pairKey(prefix, source, "")
+}
 
 func outboxKey(seq uint64) []byte {
 	k := make([]byte, 9)

@@ -34,6 +34,7 @@ type Store struct {
 
 	db      *badger.DB
 	ops     chan *op
+	notify  chan struct{} // signalled after a commit that added outbox entries
 	mu      sync.RWMutex // guards closed against submitters racing Close
 	closed  bool
 	closing chan struct{}
@@ -54,6 +55,7 @@ func New(path string) *Store {
 		MaxBatch:   DefaultMaxBatch,
 		Logger:     zap.NewNop(),
 		closing:    make(chan struct{}),
+		notify:     make(chan struct{}, 1),
 	}
 }
 
@@ -197,9 +199,11 @@ func (s *Store) commit(ops []*op) int {
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
 	errs := make([]error, len(ops))
+	enqueued := false
 	for i, o := range ops {
 		t := &tx{txn: txn, seq: &s.nextSeq}
 		err := o.stage(t)
+		enqueued = enqueued || (err == nil && t.enqueued)
 		if err == nil {
 			err = t.flush()
 		}
@@ -219,6 +223,12 @@ func (s *Store) commit(ops []*op) int {
 	if commitErr != nil {
 		s.Logger.Error("commit batch", zap.Int("ops", len(ops)), zap.Error(commitErr))
 		commitErr = unavailable(commitErr)
+	}
+	if commitErr == nil && enqueued {
+		select {
+		case s.notify <- struct{}{}:
+		default: // a signal is already waiting, and one is enough
+		}
 	}
 	for i, o := range ops {
 		if errs[i] == nil {
@@ -269,10 +279,11 @@ func (s *Store) lastSeq() (uint64, error) {
 // through (seeing earlier operations' writes), writes wait in the op until
 // it has finished without error.
 type tx struct {
-	txn    *badger.Txn
-	seq    *uint64
-	writes []*badger.Entry
-	dels   [][]byte
+	txn      *badger.Txn
+	seq      *uint64
+	writes   []*badger.Entry
+	dels     [][]byte
+	enqueued bool // the op added an outbox entry
 }
 
 // get decodes the JSON value at key into v. It reports false when the key is
@@ -291,16 +302,32 @@ func (t *tx) get(key []byte, v any) (found bool, expiresAt uint64, err error) {
 	return true, item.ExpiresAt(), nil
 }
 
+// getRaw returns a copy of the value at key, or nil when it is absent.
+func (t *tx) getRaw(key []byte) ([]byte, error) {
+	item, err := t.txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return item.ValueCopy(nil)
+}
+
 // set stages v as JSON at key; expiresAt is a Unix time in seconds, 0 for never.
 func (t *tx) set(key []byte, v any, expiresAt uint64) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %q: %w", key, err)
 	}
-	e := badger.NewEntry(key, b)
+	t.setRaw(key, b, expiresAt)
+	return nil
+}
+
+func (t *tx) setRaw(key, value []byte, expiresAt uint64) {
+	e := badger.NewEntry(key, value)
 	e.ExpiresAt = expiresAt
 	t.writes = append(t.writes, e)
-	return nil
 }
 
 func (t *tx) delete(key []byte) { t.dels = append(t.dels, key) }

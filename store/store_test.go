@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd"
@@ -375,19 +374,7 @@ func TestOpenFailsOnALockedDirectory(t *testing.T) {
 
 func outbox(t *testing.T, s *Store) []forward.Entry {
 	t.Helper()
-	var entries []forward.Entry
-	err := s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixOutbox}, PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			var e forward.Entry
-			if _, _, err := (&tx{txn: txn}).get(it.Item().KeyCopy(nil), &e); err != nil {
-				return err
-			}
-			entries = append(entries, e)
-		}
-		return nil
-	})
+	entries, err := s.Outbox(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}

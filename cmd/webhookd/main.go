@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/gateway"
 	"github.com/webhookd/webhookd/store"
 )
@@ -101,8 +102,9 @@ type Main struct {
 	Config *configs.Config
 	Logger *zap.Logger
 
-	Store  *store.Store
-	Server *gateway.Server
+	Store     *store.Store
+	Forwarder *forward.Forwarder
+	Server    *gateway.Server
 }
 
 // NewMain returns a gateway for cfg; Run starts it.
@@ -117,6 +119,10 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Store.ReceiptTTL = m.Config.ReceiptTTL
 	m.Store.Logger = m.Logger.Named("store")
 	if err := m.Store.Open(); err != nil {
+		return err
+	}
+	m.Forwarder = forward.New(m.Store, routes(m.Config), m.Logger.Named("forward"))
+	if err := m.Forwarder.Open(); err != nil {
 		return err
 	}
 	srv, err := gateway.NewServer(m.Config, m.Store, m.Store, m.Logger.Named("gateway"))
@@ -136,12 +142,35 @@ func (m *Main) Run(ctx context.Context) error {
 	return nil
 }
 
-// Close stops intake first, so nothing new arrives, then closes the store.
-// It returns the first error.
+// routes turns each forwarding source's configuration into a route.
+func routes(cfg *configs.Config) map[string]forward.Route {
+	rs := make(map[string]forward.Route)
+	for _, s := range cfg.Sources {
+		f := s.Forward
+		if f == nil {
+			continue
+		}
+		rs[s.Name] = forward.Route{
+			URL:         f.URL,
+			Timeout:     f.Timeout,
+			Concurrency: f.Concurrency,
+			Policy:      forward.RetryPolicy{MaxAttempts: f.MaxAttempts, Initial: f.Backoff.Initial, Max: f.Backoff.Max},
+			Supersede:   f.Supersede,
+			Headers:     f.Headers,
+		}
+	}
+	return rs
+}
+
+// Close stops intake first, so nothing new arrives, then the forwarder,
+// then closes the store. It returns the first error.
 func (m *Main) Close(ctx context.Context) error {
 	var errs []error
 	if m.Server != nil {
 		errs = append(errs, m.Server.Shutdown(ctx))
+	}
+	if m.Forwarder != nil {
+		errs = append(errs, m.Forwarder.Close(ctx))
 	}
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())

@@ -1,0 +1,441 @@
+package forward
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/webhookd/webhookd"
+)
+
+// Outbox is what the forwarder needs of the store.
+type Outbox interface {
+	// Pending returns entries after position after, in outbox order, without bodies.
+	Pending(ctx context.Context, after uint64, limit int) ([]Entry, error)
+	// Entry returns one entry with its body.
+	Entry(ctx context.Context, seq uint64) (Entry, error)
+	// Settle records what became of an entry, with its receipt, atomically.
+	Settle(ctx context.Context, e Entry, r Result) error
+	// Notify is signalled when entries were added.
+	Notify() <-chan struct{}
+}
+
+// Route is where and how one source's entries are delivered.
+type Route struct {
+	URL         string
+	Timeout     time.Duration
+	Concurrency int
+	Policy      RetryPolicy
+	// Supersede skips a pending entry whose resource has a newer one pending.
+	Supersede bool
+	Headers   map[string]string // static headers added to every request
+}
+
+// Default for Forwarder.PollInterval.
+const DefaultPollInterval = time.Second
+
+// loadBatch is how many entries one outbox read takes.
+const loadBatch = 1024
+
+// Forwarder delivers outbox entries downstream, at least once.
+//
+// One scheduler goroutine owns all scheduling state. Entries of one
+// (source, resource) form a lane: only a lane's head is ever in flight, and
+// the next entry goes only once the head's result is on disk, so that no
+// crash can make an older version arrive after a newer one. Entries without
+// a resource get a lane each and go in parallel. Each source has its own
+// concurrency limit, so a slow downstream holds up only its own source.
+type Forwarder struct {
+	Logger       *zap.Logger
+	Client       *http.Client
+	PollInterval time.Duration // a safety net beside Outbox.Notify
+
+	outbox Outbox
+	routes map[string]*route
+	now    func() time.Time
+	jitter func() float64
+
+	after   uint64 // highest outbox position loaded
+	results chan settled
+	stop    chan struct{}
+	done    chan struct{}
+	ctx     context.Context // aborts in-flight requests when shutdown runs out of time
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New returns a forwarder for the sources in routes. Entries of a source
+// without a route are dead-lettered: its forward configuration was removed.
+func New(outbox Outbox, routes map[string]Route, logger *zap.Logger) *Forwarder {
+	f := &Forwarder{
+		Logger:       logger,
+		PollInterval: DefaultPollInterval,
+		outbox:       outbox,
+		routes:       make(map[string]*route, len(routes)),
+		now:          time.Now,
+		jitter:       rand.Float64,
+		results:      make(chan settled),
+		stop:         make(chan struct{}),
+		done:         make(chan struct{}),
+	}
+	maxConns := 0
+	for name, r := range routes {
+		f.routes[name] = newRoute(name, r)
+		maxConns = max(maxConns, r.Concurrency)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	// Keep a connection per concurrent request: a new TCP connection per
+	// delivery would cap forwarding far below intake.
+	transport.MaxIdleConnsPerHost = max(maxConns, 2)
+	f.Client = &http.Client{
+		Transport: transport,
+		// A redirect is the downstream's configuration error, not something to follow with a replayed body.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return f
+}
+
+// Open starts the scheduler; it loads what the outbox holds first.
+func (f *Forwarder) Open() error {
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	go f.run()
+	return nil
+}
+
+// Close stops dispatching and waits for requests in flight; when ctx ends
+// first it aborts them. An aborted or unsettled entry stays in the outbox
+// and is sent again after a restart, with the same Idempotency-Key.
+func (f *Forwarder) Close(ctx context.Context) error {
+	close(f.stop)
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		f.cancel()
+		<-f.done
+	}
+	f.wg.Wait()
+	f.cancel()
+	return nil
+}
+
+type route struct {
+	Route
+	name     string
+	orphan   bool // no forward configuration: entries are dead-lettered
+	inflight int
+	lanes    map[string]*lane
+	ready    laneHeap // idle lanes, by their head's next attempt
+}
+
+func newRoute(name string, r Route) *route {
+	return &route{Route: r, name: name, lanes: make(map[string]*lane)}
+}
+
+type lane struct {
+	key     string
+	entries []Entry // outbox order; metadata only
+	busy    bool
+}
+
+// job is one piece of work for a worker: deliver entries[0], or mark all
+// entries superseded.
+type job struct {
+	route     *route
+	lane      *lane
+	entries   []Entry
+	supersede bool
+}
+
+// settled is a job's outcome, back to the scheduler.
+type settled struct {
+	job
+	retry *Entry // the head, rescheduled; nil when the job's entries are done
+	keep  bool   // nothing was recorded: the entries stay as they were
+}
+
+func (f *Forwarder) run() {
+	defer close(f.done)
+	poll := time.NewTicker(f.PollInterval)
+	defer poll.Stop()
+	timer := time.NewTimer(f.PollInterval)
+	defer timer.Stop()
+	stop := f.stop
+	stopping, needLoad := false, true
+	for {
+		if stopping {
+			if f.inflight() == 0 {
+				return
+			}
+		} else {
+			if needLoad {
+				f.load()
+				needLoad = false
+			}
+			timer.Reset(f.dispatch())
+		}
+		select {
+		case <-stop:
+			stopping, stop = true, nil
+		case <-f.outbox.Notify():
+			needLoad = true
+		case <-poll.C:
+			needLoad = true
+		case s := <-f.results:
+			f.settle(s)
+		case <-timer.C:
+		}
+	}
+}
+
+func (f *Forwarder) inflight() int {
+	n := 0
+	for _, r := range f.routes {
+		n += r.inflight
+	}
+	return n
+}
+
+// load adds the entries written since the last load.
+func (f *Forwarder) load() {
+	for {
+		entries, err := f.outbox.Pending(f.ctx, f.after, loadBatch)
+		if err != nil {
+			f.Logger.Error("read outbox", zap.Error(err))
+			return
+		}
+		for _, e := range entries {
+			f.enqueue(e)
+			f.after = e.Seq
+		}
+		if len(entries) < loadBatch {
+			return
+		}
+	}
+}
+
+func (f *Forwarder) enqueue(e Entry) {
+	r, ok := f.routes[e.Source]
+	if !ok {
+		r = newRoute(e.Source, Route{Concurrency: 1})
+		r.orphan = true
+		f.routes[e.Source] = r
+	}
+	key := "\x00" + strconv.FormatUint(e.Seq, 10) // no resource: a lane of its own
+	if e.Resource != "" {
+		key = e.Resource
+	}
+	l, ok := r.lanes[key]
+	if !ok {
+		l = &lane{key: key}
+		r.lanes[key] = l
+	}
+	l.entries = append(l.entries, e)
+	if len(l.entries) == 1 && !l.busy {
+		heap.Push(&r.ready, l)
+	}
+}
+
+// dispatch starts every job that is due and has room, and returns how long
+// until the next one falls due.
+func (f *Forwarder) dispatch() time.Duration {
+	now := f.now()
+	wait := f.PollInterval
+	for _, r := range f.routes {
+		for r.inflight < r.Concurrency && r.ready.Len() > 0 {
+			l := r.ready[0]
+			if d := l.entries[0].NextAttemptAt.Sub(now); d > 0 {
+				wait = min(wait, d)
+				break
+			}
+			heap.Pop(&r.ready)
+			l.busy = true
+			r.inflight++
+			j := job{route: r, lane: l, entries: l.entries[:1]}
+			if r.Supersede && len(l.entries) > 1 {
+				j.entries, j.supersede = l.entries[:len(l.entries)-1], true
+			}
+			j.entries = slices.Clone(j.entries)
+			f.wg.Add(1)
+			go f.work(j)
+		}
+	}
+	return wait
+}
+
+// settle applies a finished job to its lane.
+func (f *Forwarder) settle(s settled) {
+	r, l := s.route, s.lane
+	r.inflight--
+	l.busy = false
+	switch {
+	case s.keep:
+	case s.retry != nil:
+		l.entries[0] = *s.retry
+	default:
+		l.entries = l.entries[len(s.entries):]
+	}
+	if len(l.entries) == 0 {
+		delete(r.lanes, l.key)
+		return
+	}
+	heap.Push(&r.ready, l)
+}
+
+func (f *Forwarder) work(j job) {
+	defer f.wg.Done()
+	f.results <- f.do(j)
+}
+
+func (f *Forwarder) do(j job) settled {
+	s := settled{job: j}
+	now := f.now()
+	if j.supersede {
+		for _, e := range j.entries {
+			r := Result{State: webhookd.ForwardSuperseded, Attempts: e.Attempts, At: now}
+			if err := f.outbox.Settle(f.ctx, e, r); err != nil {
+				f.Logger.Error("settle superseded entry", zap.String("request_id", e.RequestID), zap.Error(err))
+				s.keep = true
+				return s
+			}
+		}
+		return s
+	}
+	e := j.entries[0]
+	// Try again after a pause rather than spin on a failing store.
+	storeFailed := func(what string, err error) settled {
+		f.Logger.Error(what, zap.String("request_id", e.RequestID), zap.Error(err))
+		e.NextAttemptAt = now.Add(max(j.route.Policy.Initial, time.Second))
+		s.retry = &e
+		return s
+	}
+	var r Result
+	if j.route.orphan {
+		r = Result{State: webhookd.ForwardDead, Attempts: e.Attempts, Error: fmt.Sprintf("source %q has no forward configuration", e.Source), At: now}
+	} else {
+		full, err := f.outbox.Entry(f.ctx, e.Seq)
+		switch {
+		case f.ctx.Err() != nil:
+			s.keep = true
+			return s
+		case webhookd.ErrorCode(err) == webhookd.ENOTFOUND:
+			return s // settled already: nothing left to send
+		case err != nil:
+			return storeFailed("read outbox entry", err)
+		}
+		var ok bool
+		if r, ok = f.attempt(j.route, &full); !ok {
+			s.keep = true // shutting down: the entry stays as it is
+			return s
+		}
+	}
+	if err := f.outbox.Settle(f.ctx, e, r); err != nil {
+		return storeFailed("settle forward attempt", err)
+	}
+	if r.State == webhookd.ForwardRetrying {
+		e.Attempts, e.NextAttemptAt, e.LastStatus, e.LastError = r.Attempts, r.NextAttemptAt, r.Status, r.Error
+		s.retry = &e
+	}
+	return s
+}
+
+// attempt sends e once. ok is false when the attempt was abandoned because
+// the forwarder is closing.
+func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
+	n := e.Attempts + 1
+	status, retryAfter, err := f.post(r, e, n)
+	now := f.now()
+	if err != nil && f.ctx.Err() != nil {
+		return Result{}, false
+	}
+	res = Result{State: webhookd.ForwardDelivered, Attempts: n, Status: status, At: now}
+	log := f.Logger.With(zap.String("source", e.Source), zap.String("request_id", e.RequestID), zap.String("resource", e.Resource), zap.String("version", e.Version), zap.Int("attempt", n), zap.Int("status", status))
+	if err != nil {
+		res.Error = err.Error()
+	} else if status >= 300 {
+		res.Error = fmt.Sprintf("downstream answered %d %s", status, http.StatusText(status))
+	}
+	switch Judge(status) {
+	case Delivered:
+		log.Debug("forwarded")
+		return res, true
+	case Retry:
+		if n < r.Policy.MaxAttempts {
+			res.State = webhookd.ForwardRetrying
+			res.NextAttemptAt = now.Add(r.Policy.Delay(n, retryAfter, f.jitter()))
+			log.Info("forward failed, will retry", zap.String("error", res.Error), zap.Time("next_attempt_at", res.NextAttemptAt))
+			return res, true
+		}
+		res.Error = fmt.Sprintf("%s; gave up after %d attempts", res.Error, n)
+	}
+	res.State = webhookd.ForwardDead
+	log.Warn("forward dead-lettered", zap.String("error", res.Error))
+	return res, true
+}
+
+// post sends one attempt; status is 0 when no answer came.
+func (f *Forwarder) post(r *route, e *Entry, attempt int) (status int, retryAfter time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(f.ctx, r.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(e.Body))
+	if err != nil {
+		return 0, 0, err
+	}
+	for k, v := range e.Headers {
+		req.Header.Set(k, v)
+	}
+	for k, v := range r.Headers {
+		req.Header.Set(k, v)
+	}
+	if e.ContentType != "" {
+		req.Header.Set("Content-Type", e.ContentType)
+	}
+	req.Header.Set("User-Agent", "webhookd")
+	req.Header.Set("Idempotency-Key", e.RequestID)
+	req.Header.Set("Webhook-Source", e.Source)
+	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
+	if e.Resource != "" {
+		req.Header.Set("Webhook-Resource", e.Resource)
+	}
+	if e.Version != "" {
+		req.Header.Set("Webhook-Version", e.Version)
+	}
+	resp, err := f.Client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	// Reading the answer to the end lets the connection be reused.
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, RetryAfter(resp.Header.Get("Retry-After"), f.now()), nil
+}
+
+// laneHeap orders idle lanes by when their head is due, then outbox order.
+type laneHeap []*lane
+
+func (h laneHeap) Len() int { return len(h) }
+func (h laneHeap) Less(i, j int) bool {
+	a, b := h[i].entries[0], h[j].entries[0]
+	if !a.NextAttemptAt.Equal(b.NextAttemptAt) {
+		return a.NextAttemptAt.Before(b.NextAttemptAt)
+	}
+	return a.Seq < b.Seq
+}
+func (h laneHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *laneHeap) Push(x any)   { *h = append(*h, x.(*lane)) }
+func (h *laneHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return l
+}

@@ -1,0 +1,297 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/versioning"
+)
+
+// enqueue stages e at the next outbox position and returns its encoding.
+func (t *tx) enqueue(e *forward.Entry) ([]byte, error) {
+	e.Seq = t.nextSeq()
+	b, err := e.Encode()
+	if err != nil {
+		return nil, err
+	}
+	t.setRaw(outboxKey(e.Seq), b, 0)
+	t.enqueued = true
+	return b, nil
+}
+
+// getEntry decodes the entry at key; found is false when it is absent.
+func (t *tx) getEntry(key []byte, withBody bool) (e forward.Entry, found bool, err error) {
+	b, err := t.getRaw(key)
+	if err != nil || b == nil {
+		return e, false, err
+	}
+	if err := e.Decode(b, withBody); err != nil {
+		return e, false, fmt.Errorf("%q: %w", key, err)
+	}
+	if key[0] == prefixOutbox {
+		e.Seq = binary.BigEndian.Uint64(key[1:])
+	}
+	return e, true, nil
+}
+
+// Notify is signalled after a commit that added outbox entries.
+func (s *Store) Notify() <-chan struct{} { return s.notify }
+
+// Pending returns up to limit outbox entries after position after, in
+// outbox order, without their bodies.
+func (s *Store) Pending(ctx context.Context, after uint64, limit int) ([]forward.Entry, error) {
+	var entries []forward.Entry
+	err := s.scan(outboxKey(after+1), []byte{prefixOutbox}, limit, &entries)
+	return entries, err
+}
+
+// Outbox returns the pending entries of source ("" for all), without bodies.
+func (s *Store) Outbox(ctx context.Context, source string) ([]forward.Entry, error) {
+	var entries []forward.Entry
+	if err := s.scan([]byte{prefixOutbox}, []byte{prefixOutbox}, 0, &entries); err != nil {
+		return nil, err
+	}
+	return filterSource(entries, source), nil
+}
+
+// DeadLetters returns the dead letters of source ("" for all), without bodies.
+func (s *Store) DeadLetters(ctx context.Context, source string) ([]forward.Entry, error) {
+	var entries []forward.Entry
+	p := sourcePrefix(prefixDead, source)
+	err := s.scan(p, p, 0, &entries)
+	return entries, err
+}
+
+func filterSource(entries []forward.Entry, source string) []forward.Entry {
+	if source == "" {
+		return entries
+	}
+	kept := entries[:0]
+	for _, e := range entries {
+		if e.Source == source {
+			kept = append(kept, e)
+		}
+	}
+	return kept
+}
+
+// scan decodes entries from start while keys have prefix; limit 0 is all.
+func (s *Store) scan(start, prefix []byte, limit int, out *[]forward.Entry) error {
+	return s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+		defer it.Close()
+		t := &tx{txn: txn}
+		for it.Seek(start); it.Valid(); it.Next() {
+			e, _, err := t.getEntry(it.Item().KeyCopy(nil), false)
+			if err != nil {
+				return err
+			}
+			*out = append(*out, e)
+			if limit > 0 && len(*out) == limit {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// Entry returns the outbox entry at seq with its body.
+func (s *Store) Entry(ctx context.Context, seq uint64) (forward.Entry, error) {
+	var e forward.Entry
+	err := s.view(func(txn *badger.Txn) error {
+		var found bool
+		var err error
+		if e, found, err = (&tx{txn: txn}).getEntry(outboxKey(seq), true); err == nil && !found {
+			err = webhookd.Errorf(webhookd.ENOTFOUND, "outbox entry %d not found", seq)
+		}
+		return err
+	})
+	return e, err
+}
+
+// Settle records what became of forwarding e: the outbox entry is removed
+// (delivered, superseded), rescheduled (retrying) or moved to the dead
+// letters (dead), and the receipt's forward status says so, in one
+// transaction. Settling an entry that is gone already does nothing.
+func (s *Store) Settle(ctx context.Context, e forward.Entry, r forward.Result) error {
+	err := s.update(func(t *tx) error {
+		key := outboxKey(e.Seq)
+		cur, found, err := t.getEntry(key, true)
+		if err != nil || !found {
+			return err
+		}
+		cur.Attempts, cur.LastStatus, cur.LastError = r.Attempts, r.Status, r.Error
+		switch r.State {
+		case webhookd.ForwardRetrying:
+			cur.NextAttemptAt = r.NextAttemptAt
+			if err := t.setEntry(key, &cur); err != nil {
+				return err
+			}
+		case webhookd.ForwardDead:
+			t.delete(key)
+			cur.DeadAt = &r.At
+			if err := t.setEntry(deadKey(cur.Source, cur.RequestID), &cur); err != nil {
+				return err
+			}
+		default:
+			t.delete(key)
+		}
+		return t.updateForward(cur.Source, cur.RequestID, func(f *webhookd.ForwardStatus) {
+			*f = webhookd.ForwardStatus{State: r.State, Attempts: r.Attempts, LastStatus: r.Status, LastError: r.Error}
+			switch r.State {
+			case webhookd.ForwardRetrying:
+				f.NextAttemptAt = &r.NextAttemptAt
+			case webhookd.ForwardDelivered:
+				f.DeliveredAt = &r.At
+			}
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("settle %s/%s: %w", e.Source, e.RequestID, err)
+	}
+	return nil
+}
+
+func (t *tx) setEntry(key []byte, e *forward.Entry) error {
+	b, err := e.Encode()
+	if err != nil {
+		return err
+	}
+	t.setRaw(key, b, 0)
+	return nil
+}
+
+// updateForward rewrites the receipt's forward status, keeping its expiry.
+// A receipt that has expired meanwhile stays gone.
+func (t *tx) updateForward(source, requestID string, fn func(*webhookd.ForwardStatus)) error {
+	key := receiptKey(source, requestID)
+	var r dedupe.Receipt
+	found, expiresAt, err := t.get(key, &r)
+	if err != nil || !found {
+		return err
+	}
+	fn(&r.Forward)
+	return t.set(key, &r, expiresAt)
+}
+
+// RetryDeadLetter puts a dead letter back into the outbox with its attempts
+// reset.
+func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) error {
+	now := time.Now()
+	err := s.update(func(t *tx) error {
+		key := deadKey(source, requestID)
+		e, found, err := t.getEntry(key, true)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
+		}
+		if err := t.checkStillLatest(&e); err != nil {
+			return err
+		}
+		t.delete(key)
+		return t.requeue(&e, now)
+	})
+	if err != nil {
+		return fmt.Errorf("retry dead letter: %w", err)
+	}
+	return nil
+}
+
+// DiscardDeadLetter drops a dead letter; its receipt says it was discarded.
+func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string) error {
+	err := s.update(func(t *tx) error {
+		key := deadKey(source, requestID)
+		_, found, err := t.getEntry(key, false)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
+		}
+		t.delete(key)
+		return t.updateForward(source, requestID, func(f *webhookd.ForwardStatus) {
+			f.State, f.NextAttemptAt = webhookd.ForwardDiscarded, nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("discard dead letter: %w", err)
+	}
+	return nil
+}
+
+// Redeliver forwards an accepted request again, with the same
+// Idempotency-Key, for a downstream that lost it.
+func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
+	now := time.Now()
+	err := s.update(func(t *tx) error {
+		var r dedupe.Receipt
+		found, _, err := t.get(receiptKey(source, requestID), &r)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !found:
+			return webhookd.Errorf(webhookd.ENOTFOUND, "no receipt for %s/%s", source, requestID)
+		case r.Decision != webhookd.Accepted:
+			return webhookd.Errorf(webhookd.ECONFLICT, "request was decided %s, not accepted: there is nothing to redeliver", r.Decision)
+		case r.Forward.State == webhookd.ForwardPending || r.Forward.State == webhookd.ForwardRetrying:
+			return webhookd.Errorf(webhookd.ECONFLICT, "request is already queued for forwarding (%s)", r.Forward.State)
+		case r.Forward.State == webhookd.ForwardDead:
+			return webhookd.Errorf(webhookd.ECONFLICT, "request is a dead letter: retry it with POST /admin/deadletters/%s/{request_id}/retry", source)
+		}
+		e, found, err := t.getEntry(payloadKey(source, requestID), true)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return webhookd.Errorf(webhookd.ECONFLICT, "the source did not forward this request, or its payload is no longer held")
+		}
+		if err := t.checkStillLatest(&e); err != nil {
+			return err
+		}
+		return t.requeue(&e, now)
+	})
+	if err != nil {
+		return fmt.Errorf("redeliver: %w", err)
+	}
+	return nil
+}
+
+// checkStillLatest refuses to send e again once a newer version of its
+// resource was accepted: the downstream would get an older version after a
+// newer one.
+func (t *tx) checkStillLatest(e *forward.Entry) error {
+	if e.Resource == "" || e.Version == "" {
+		return nil
+	}
+	var l versioning.Latest
+	found, _, err := t.get(latestKey(e.Source, e.Resource), &l)
+	if err != nil {
+		return err
+	}
+	if found && l.RequestID != e.RequestID {
+		return webhookd.Errorf(webhookd.ECONFLICT, "version %s of resource %s was accepted after this request's version %s: sending it now would deliver an older version after a newer one", l.Version, e.Resource, e.Version)
+	}
+	return nil
+}
+
+// requeue puts e at the end of the outbox as a fresh forward intent.
+func (t *tx) requeue(e *forward.Entry, now time.Time) error {
+	e.Attempts, e.LastStatus, e.LastError, e.DeadAt = 0, 0, "", nil
+	e.NextAttemptAt = now
+	if _, err := t.enqueue(e); err != nil {
+		return err
+	}
+	return t.updateForward(e.Source, e.RequestID, func(f *webhookd.ForwardStatus) {
+		*f = webhookd.ForwardStatus{State: webhookd.ForwardPending}
+	})
+}
