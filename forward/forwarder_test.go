@@ -1,0 +1,495 @@
+package forward_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/store"
+)
+
+var ctx = context.Background()
+
+// arrival is one request the downstream received.
+type arrival struct {
+	body    string
+	header  http.Header
+	status  int
+	at      time.Time
+	version int
+}
+
+// downstream is a real HTTP server on loopback that records what it gets
+// and answers with respond (200 when nil).
+type downstream struct {
+	*httptest.Server
+	mu       sync.Mutex
+	arrivals []arrival
+	respond  func(r *http.Request, n int) int // n counts requests from 1
+	active   atomic.Int32                     // requests being answered now
+}
+
+func newDownstream(t *testing.T, respond func(r *http.Request, n int) int) *downstream {
+	d := &downstream{respond: respond}
+	d.Server = httptest.NewServer(http.HandlerFunc(d.serve))
+	t.Cleanup(d.Close)
+	return d
+}
+
+func (d *downstream) serve(w http.ResponseWriter, r *http.Request) {
+	d.active.Add(1)
+	defer d.active.Add(-1)
+	body, _ := io.ReadAll(r.Body)
+	d.mu.Lock()
+	n := len(d.arrivals) + 1
+	v, _ := strconv.Atoi(r.Header.Get("Webhook-Version"))
+	d.arrivals = append(d.arrivals, arrival{body: string(body), header: r.Header.Clone(), at: time.Now(), version: v})
+	d.mu.Unlock()
+	status := http.StatusOK
+	if d.respond != nil {
+		status = d.respond(r, n)
+	}
+	d.mu.Lock()
+	d.arrivals[n-1].status = status
+	d.mu.Unlock()
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.WriteHeader(status)
+}
+
+// delivered returns the arrivals answered 2xx.
+func (d *downstream) delivered() []arrival {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []arrival
+	for _, a := range d.arrivals {
+		if a.status >= 200 && a.status < 300 {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (d *downstream) all() []arrival {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]arrival(nil), d.arrivals...)
+}
+
+func openStore(t *testing.T, dir string) *store.Store {
+	t.Helper()
+	s := store.New(dir)
+	s.Logger = zaptest.NewLogger(t)
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func route(url string) forward.Route {
+	return forward.Route{
+		URL:         url,
+		Timeout:     2 * time.Second,
+		Concurrency: 4,
+		Policy:      forward.RetryPolicy{MaxAttempts: 5, Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+	}
+}
+
+func start(t *testing.T, s *store.Store, routes map[string]forward.Route) *forward.Forwarder {
+	t.Helper()
+	f := forward.New(s, routes, zaptest.NewLogger(t))
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	return f
+}
+
+func accept(t *testing.T, s *store.Store, source, requestID, resource string, version int) webhookd.Decision {
+	t.Helper()
+	body := fmt.Sprintf(`{"id":%q,"object":%q,"version":%d}`, requestID, resource, version)
+	fp, _ := dedupe.Fingerprint([]byte(body), nil)
+	d := webhookd.Delivery{
+		Source: source, RequestID: requestID, DeliveryID: "dlv-" + requestID, Fingerprint: fp, ReceivedAt: time.Now(),
+		Forward: true, Body: []byte(body), ContentType: "application/json; charset=utf-8",
+		Headers: map[string]string{"X-Request-Id": "trace-" + requestID},
+	}
+	if resource != "" {
+		d.Resource, d.Version, d.VersionOrder = resource, strconv.Itoa(version), uint64(version)
+	}
+	out, err := s.Decide(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Decision
+}
+
+// eventually waits for cond, failing after 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func receipt(t *testing.T, s *store.Store, source, requestID string) *dedupe.Receipt {
+	t.Helper()
+	r, err := s.Receipt(ctx, source, requestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func outboxEmpty(t *testing.T, s *store.Store) func() bool {
+	return func() bool {
+		entries, err := s.Outbox(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries) == 0
+	}
+}
+
+func TestForwardsExactBodyAndHeaders(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, nil)
+	r := route(down.URL + "/billing")
+	r.Headers = map[string]string{"Authorization": "Bearer downstream-token"}
+	start(t, s, map[string]forward.Route{"billing": r})
+	accept(t, s, "billing", "req-1", "sub_1", 7)
+	eventually(t, "delivery", func() bool { return len(down.delivered()) == 1 })
+	a := down.delivered()[0]
+	want := map[string]string{
+		"Idempotency-Key":  "req-1",
+		"Content-Type":     "application/json; charset=utf-8",
+		"Webhook-Source":   "billing",
+		"Webhook-Resource": "sub_1",
+		"Webhook-Version":  "7",
+		"Webhook-Attempt":  "1",
+		"Authorization":    "Bearer downstream-token",
+		"X-Request-Id":     "trace-req-1",
+	}
+	for k, v := range want {
+		if got := a.header.Get(k); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+	if a.body != `{"id":"req-1","object":"sub_1","version":7}` {
+		t.Errorf("body = %q", a.body)
+	}
+	eventually(t, "receipt delivered", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDelivered })
+	f := receipt(t, s, "billing", "req-1").Forward
+	if f.Attempts != 1 || f.LastStatus != 200 || f.DeliveredAt == nil {
+		t.Errorf("forward status = %+v", f)
+	}
+	eventually(t, "empty outbox", outboxEmpty(t, s))
+}
+
+func TestDuplicatesAndStaleAreNeverForwarded(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, nil)
+	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	decisions := []webhookd.Decision{
+		accept(t, s, "billing", "req-2", "sub_1", 2),
+		accept(t, s, "billing", "req-2", "sub_1", 2),
+		accept(t, s, "billing", "req-1", "sub_1", 1),
+		accept(t, s, "billing", "req-2b", "sub_1", 2),
+	}
+	want := []webhookd.Decision{webhookd.Accepted, webhookd.Duplicate, webhookd.Stale, webhookd.Stale}
+	for i := range want {
+		if decisions[i] != want[i] {
+			t.Fatalf("decision %d = %s, want %s", i, decisions[i], want[i])
+		}
+	}
+	eventually(t, "empty outbox", outboxEmpty(t, s))
+	all := down.all()
+	if len(all) != 1 || all[0].header.Get("Idempotency-Key") != "req-2" {
+		t.Errorf("downstream got %d requests, want only req-2", len(all))
+	}
+}
+
+func TestFailsTwiceThenDelivered(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, func(_ *http.Request, n int) int {
+		if n <= 2 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	accept(t, s, "billing", "req-1", "", 0)
+	eventually(t, "receipt delivered", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDelivered })
+	all := down.all()
+	if len(all) != 3 {
+		t.Fatalf("downstream got %d requests, want 3", len(all))
+	}
+	for i, a := range all {
+		if a.header.Get("Idempotency-Key") != "req-1" || a.header.Get("Webhook-Attempt") != strconv.Itoa(i+1) {
+			t.Errorf("request %d: key %q attempt %q", i, a.header.Get("Idempotency-Key"), a.header.Get("Webhook-Attempt"))
+		}
+	}
+	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 3 || f.LastStatus != 200 {
+		t.Errorf("forward status = %+v, want delivered after 3 attempts", f)
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, func(_ *http.Request, n int) int {
+		if n == 1 {
+			return http.StatusTooManyRequests // with Retry-After: 1
+		}
+		return http.StatusOK
+	})
+	r := route(down.URL) // backoff alone would retry after 10 ms
+	r.Policy.Max = 5 * time.Second
+	start(t, s, map[string]forward.Route{"billing": r})
+	accept(t, s, "billing", "req-1", "", 0)
+	eventually(t, "second attempt", func() bool { return len(down.all()) == 2 })
+	all := down.all()
+	if gap := all[1].at.Sub(all[0].at); gap < time.Second {
+		t.Errorf("retried %v after a Retry-After of 1s", gap)
+	}
+}
+
+func TestClientErrorDeadLettersAtOnce(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, func(*http.Request, int) int { return http.StatusBadRequest })
+	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	accept(t, s, "billing", "req-1", "sub_1", 1)
+	eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
+	if n := len(down.all()); n != 1 {
+		t.Errorf("a 400 was tried %d times, want 1", n)
+	}
+	dead, err := s.DeadLetters(ctx, "billing")
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters = %v, %v", dead, err)
+	}
+	if d := dead[0]; d.RequestID != "req-1" || d.LastStatus != 400 || d.Attempts != 1 || d.DeadAt == nil || d.LastError == "" {
+		t.Errorf("dead letter = %+v", d)
+	}
+	eventually(t, "empty outbox", outboxEmpty(t, s))
+	if err := s.DiscardDeadLetter(ctx, "billing", "req-1"); err != nil {
+		t.Fatal(err)
+	}
+	if st := receipt(t, s, "billing", "req-1").Forward.State; st != webhookd.ForwardDiscarded {
+		t.Errorf("after discard the receipt says %s", st)
+	}
+	if dead, _ := s.DeadLetters(ctx, ""); len(dead) != 0 {
+		t.Errorf("dead letters after discard: %d", len(dead))
+	}
+}
+
+func TestDownstreamDownPastMaxAttemptsThenRetried(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	// A port with nothing listening: connections are refused.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	r := route("http://" + addr + "/hook")
+	r.Policy.MaxAttempts = 3
+	start(t, s, map[string]forward.Route{"billing": r})
+	accept(t, s, "billing", "req-1", "", 0)
+	eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
+	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 3 || f.LastError == "" {
+		t.Errorf("forward status = %+v, want 3 attempts and the error", f)
+	}
+
+	// The downstream comes back on the same address.
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("port %s was taken meanwhile: %v", addr, err)
+	}
+	var got atomic.Int32
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Idempotency-Key") == "req-1" {
+			got.Add(1)
+		}
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	if err := s.RetryDeadLetter(ctx, "billing", "req-1"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "delivered after retry", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDelivered })
+	if got.Load() != 1 {
+		t.Errorf("downstream got req-1 %d times, want 1", got.Load())
+	}
+	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 1 {
+		t.Errorf("attempts after retry = %d, want 1 (reset)", f.Attempts)
+	}
+}
+
+func TestVersionsArriveInOrder(t *testing.T) {
+	for _, supersede := range []bool{false, true} {
+		t.Run(fmt.Sprintf("supersede=%v", supersede), func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			var up atomic.Bool
+			down := newDownstream(t, func(*http.Request, int) int {
+				if !up.Load() {
+					return http.StatusServiceUnavailable
+				}
+				return http.StatusOK
+			})
+			r := route(down.URL)
+			r.Supersede = supersede
+			r.Policy.MaxAttempts = 1000
+			start(t, s, map[string]forward.Route{"billing": r})
+			for _, res := range []string{"sub_a", "sub_b"} {
+				for v := 1; v <= 5; v++ {
+					if d := accept(t, s, "billing", fmt.Sprintf("%s-v%d", res, v), res, v); d != webhookd.Accepted {
+						t.Fatalf("v%d: %s", v, d)
+					}
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // let the downstream refuse a few attempts
+			up.Store(true)
+			eventually(t, "empty outbox", outboxEmpty(t, s))
+			last := map[string]int{}
+			count := map[string]int{}
+			for _, a := range down.delivered() {
+				res := a.header.Get("Webhook-Resource")
+				if a.version <= last[res] {
+					t.Errorf("%s: version %d arrived after %d", res, a.version, last[res])
+				}
+				last[res] = a.version
+				count[res]++
+			}
+			for _, res := range []string{"sub_a", "sub_b"} {
+				want := 5
+				if supersede {
+					want = 1
+				}
+				if count[res] != want || last[res] != 5 {
+					t.Errorf("%s: %d delivered, last v%d; want %d ending with v5", res, count[res], last[res], want)
+				}
+			}
+			if supersede {
+				for v := 1; v <= 4; v++ {
+					if st := receipt(t, s, "billing", fmt.Sprintf("sub_a-v%d", v)).Forward.State; st != webhookd.ForwardSuperseded {
+						t.Errorf("sub_a v%d: %s, want superseded", v, st)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestPendingEntriesSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	for i := 1; i <= 3; i++ {
+		accept(t, s, "billing", fmt.Sprint("req-", i), "sub_1", i)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir)
+	down := newDownstream(t, nil)
+	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	eventually(t, "empty outbox", outboxEmpty(t, s))
+	got := down.delivered()
+	if len(got) != 3 {
+		t.Fatalf("delivered %d, want 3", len(got))
+	}
+	for i, a := range got {
+		if a.version != i+1 {
+			t.Errorf("delivery %d is v%d", i, a.version)
+		}
+	}
+}
+
+func TestSlowDownstreamHoldsUpOnlyItsSource(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	release := make(chan struct{})
+	slow := newDownstream(t, func(*http.Request, int) int { <-release; return http.StatusOK })
+	defer close(release)
+	fast := newDownstream(t, nil)
+	slowRoute := route(slow.URL)
+	slowRoute.Concurrency = 1
+	start(t, s, map[string]forward.Route{"slow": slowRoute, "fast": route(fast.URL)})
+	for i := 0; i < 3; i++ {
+		accept(t, s, "slow", fmt.Sprint("s-", i), "", 0)
+	}
+	for i := 0; i < 20; i++ {
+		accept(t, s, "fast", fmt.Sprint("f-", i), "", 0)
+	}
+	eventually(t, "fast source delivered", func() bool { return len(fast.delivered()) == 20 })
+}
+
+func TestRedeliver(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, nil)
+	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	accept(t, s, "billing", "req-1", "sub_1", 1)
+	accept(t, s, "billing", "req-0", "sub_1", 0) // stale
+	eventually(t, "delivered", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDelivered })
+	if err := s.Redeliver(ctx, "billing", "req-1"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "second delivery", func() bool { return len(down.delivered()) == 2 })
+	for _, a := range down.delivered() {
+		if a.header.Get("Idempotency-Key") != "req-1" || a.body != `{"id":"req-1","object":"sub_1","version":1}` {
+			t.Errorf("redelivery = %q %q", a.header.Get("Idempotency-Key"), a.body)
+		}
+	}
+	if err := s.Redeliver(ctx, "billing", "req-0"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+		t.Errorf("redeliver a stale request: %v, want conflict", err)
+	}
+	accept(t, s, "billing", "req-2", "sub_1", 2)
+	eventually(t, "v2 delivered", func() bool { return receipt(t, s, "billing", "req-2").Forward.State == webhookd.ForwardDelivered })
+	if err := s.Redeliver(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+		t.Errorf("redeliver v1 after v2: %v, want conflict", err)
+	}
+	if err := s.Redeliver(ctx, "billing", "nope"); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
+		t.Errorf("redeliver unknown: %v, want not found", err)
+	}
+}
+
+func TestCloseAbandonsInFlightAndKeepsTheEntry(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	hang := make(chan struct{})
+	defer close(hang)
+	down := newDownstream(t, func(*http.Request, int) int { <-hang; return http.StatusOK })
+	f := forward.New(s, map[string]forward.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	accept(t, s, "billing", "req-1", "", 0)
+	eventually(t, "request in flight", func() bool { return down.active.Load() == 1 })
+	c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := f.Close(c); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := s.Outbox(ctx, "")
+	if len(entries) != 1 || entries[0].Attempts != 0 {
+		t.Errorf("outbox after abandoned shutdown = %+v, want the entry untouched", entries)
+	}
+	if st := receipt(t, s, "billing", "req-1").Forward.State; st != webhookd.ForwardPending {
+		t.Errorf("receipt says %s, want pending", st)
+	}
+}
