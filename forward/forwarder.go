@@ -65,13 +65,14 @@ type Forwarder struct {
 	now    func() time.Time
 	jitter func() float64
 
-	after   uint64 // highest outbox position loaded
-	results chan settled
-	stop    chan struct{}
-	done    chan struct{}
-	ctx     context.Context // aborts in-flight requests when shutdown runs out of time
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	after    uint64 // highest outbox position loaded
+	results  chan settled
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	ctx      context.Context // aborts in-flight requests when shutdown runs out of time
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // New returns a forwarder for the sources in routes. Entries of a source
@@ -116,7 +117,7 @@ func (f *Forwarder) Open() error {
 // first it aborts them. An aborted or unsettled entry stays in the outbox
 // and is sent again after a restart, with the same Idempotency-Key.
 func (f *Forwarder) Close(ctx context.Context) error {
-	close(f.stop)
+	f.stopOnce.Do(func() { close(f.stop) })
 	select {
 	case <-f.done:
 	case <-ctx.Done():

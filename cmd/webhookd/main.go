@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -105,6 +106,9 @@ type Main struct {
 	Store     *store.Store
 	Forwarder *forward.Forwarder
 	Server    *gateway.Server
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // NewMain returns a gateway for cfg; Run starts it.
@@ -163,8 +167,13 @@ func routes(cfg *configs.Config) map[string]forward.Route {
 }
 
 // Close stops intake first, so nothing new arrives, then the forwarder,
-// then closes the store. It returns the first error.
+// then closes the store. It returns the first error; later calls do nothing.
 func (m *Main) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() { m.closeErr = m.close(ctx) })
+	return m.closeErr
+}
+
+func (m *Main) close(ctx context.Context) error {
 	var errs []error
 	if m.Server != nil {
 		errs = append(errs, m.Server.Shutdown(ctx))
