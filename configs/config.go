@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/signature"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -39,7 +41,34 @@ type Config struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" validate:"gt=0"`
 	Log             Log           `yaml:"log"`
 	Admin           Admin         `yaml:"admin"`
-	Sources         []Source      `yaml:"sources" validate:"required,min=1,unique=Name,dive"`
+	// Record, when set, records every incoming request of every source
+	// that does not set its own.
+	Record  *Record  `yaml:"record"`
+	Sources []Source `yaml:"sources" validate:"required,min=1,unique=Name,dive"`
+}
+
+// Record configures recording of incoming requests for replay testing.
+type Record struct {
+	Path string `yaml:"path" validate:"required"`
+	// Redact names headers whose values are replaced in recordings, besides
+	// Authorization, which always is.
+	Redact []string `yaml:"redact" validate:"dive,header_name"`
+}
+
+// Verify configures signature verification of a source's deliveries.
+type Verify struct {
+	Scheme string `yaml:"scheme" validate:"required,oneof=none hmac-sha256 standard-webhooks stripe github shopify slack"`
+	// Secrets: any may match, so a secret can be rotated by listing both.
+	Secrets   []string      `yaml:"secrets"`
+	Tolerance time.Duration `yaml:"tolerance" validate:"gte=0"`
+	Header    string        `yaml:"header"`
+	Encoding  string        `yaml:"encoding"`
+	Prefix    string        `yaml:"prefix"`
+}
+
+// Signature returns the verification settings as package signature takes them.
+func (v *Verify) Signature() signature.Config {
+	return signature.Config{Scheme: v.Scheme, Secrets: v.Secrets, Tolerance: v.Tolerance, Header: v.Header, Encoding: v.Encoding, Prefix: v.Prefix}
 }
 
 // Log configures zap.
@@ -64,6 +93,10 @@ type Source struct {
 	VersionFormat      versioning.Format         `yaml:"version_format" validate:"oneof=integer timestamp"`
 	FingerprintExclude []string                  `yaml:"fingerprint_exclude" validate:"dive,json_path"`
 	Responses          map[webhookd.Decision]int `yaml:"responses" validate:"dive,keys,oneof=accepted duplicate stale conflict,endkeys,gte=200,lte=599"`
+	// Verify is nil when deliveries are not signed.
+	Verify *Verify `yaml:"verify"`
+	// Record overrides the global record setting for this source.
+	Record *Record `yaml:"record"`
 	// Forward is nil when the source only records decisions.
 	Forward *Forward `yaml:"forward"`
 }
@@ -78,6 +111,14 @@ type Forward struct {
 	Supersede   bool              `yaml:"supersede"`
 	Headers     map[string]string `yaml:"headers" validate:"dive,keys,header_name,endkeys"`
 	PassHeaders []string          `yaml:"pass_headers" validate:"dive,header_name"`
+	// Sign, when set, adds Standard Webhooks signature headers to every
+	// forwarded request.
+	Sign *Sign `yaml:"sign"`
+}
+
+// Sign configures signed forwarding.
+type Sign struct {
+	Secret string `yaml:"secret" validate:"required"`
 }
 
 // Backoff bounds the delay between forward attempts.
@@ -162,6 +203,11 @@ func (s *Source) setDefaults() {
 	if s.VersionFormat == "" {
 		s.VersionFormat = versioning.Integer
 	}
+	if s.Verify != nil {
+		p := signature.PresetFor(s.Verify.Scheme)
+		setDefault(&s.RequestID, p.RequestID)
+		setDefault(&s.DeliveryID, p.DeliveryID)
+	}
 	if f := s.Forward; f != nil {
 		setDefault(&f.Timeout, 10*time.Second)
 		setDefault(&f.Concurrency, 8)
@@ -229,6 +275,16 @@ func (c *Config) Validate() error {
 		}
 		if s.Resource != "" && s.Version == "" && s.VersionFormat != versioning.Integer {
 			problems = append(problems, fmt.Sprintf("sources[%d].version_format: set without version", i))
+		}
+		if s.Verify != nil && slices.Contains(signature.Schemes(), s.Verify.Scheme) {
+			if _, err := signature.New(s.Verify.Signature()); err != nil {
+				problems = append(problems, fmt.Sprintf("sources[%d].verify.%v", i, err))
+			}
+		}
+		if s.Forward != nil && s.Forward.Sign != nil {
+			if _, err := signature.New(signature.Config{Scheme: signature.StandardWebhooks, Secrets: []string{s.Forward.Sign.Secret}}); err != nil {
+				problems = append(problems, fmt.Sprintf("sources[%d].forward.sign.secret: %v", i, strings.TrimPrefix(err.Error(), "secrets[0]: ")))
+			}
 		}
 	}
 	if len(problems) > 0 {
@@ -313,7 +369,10 @@ func describe(fe validator.FieldError) string {
 	default:
 		rule = "fails rule " + fe.Tag()
 	}
-	return fmt.Sprintf("%s: %s (got %v)", field, rule, fe.Value())
+	if got := fmt.Sprint(fe.Value()); got != "" && got != "0" && got != "[]" {
+		return fmt.Sprintf("%s: %s (got %s)", field, rule, got)
+	}
+	return fmt.Sprintf("%s: %s", field, rule)
 }
 
 var comparisons = map[string]string{"gt": "greater than", "gte": "at least", "min": "at least", "lt": "less than", "lte": "at most", "max": "at most"}

@@ -148,3 +148,27 @@ func TestForwardDefaultsAndValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestVerifyPresetsAndValidation(t *testing.T) {
+	cfg, err := Parse([]byte(`sources: [{name: gh, verify: {scheme: github, secrets: ["s1", "s0"]}}, {name: shop, verify: {scheme: shopify, secrets: ["s"]}, request_id: "json:id"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Sources[0].RequestID; got != "header:X-GitHub-Delivery" {
+		t.Errorf("github preset request_id = %q", got)
+	}
+	if s := cfg.Sources[1]; s.RequestID != "json:id" || s.DeliveryID != "header:X-Shopify-Webhook-Id" {
+		t.Errorf("explicit selector must win over the preset, the rest comes from it: %+v", s)
+	}
+	for yaml, want := range map[string]string{
+		`{name: a, verify: {scheme: stripe, secrets: ["${WEBHOOKD_TEST_UNSET}"]}}`:                  "sources[0].verify.secrets: at least one non-empty secret",
+		`{name: a, verify: {scheme: standard-webhooks, secrets: ["plain"]}}`:                        "sources[0].verify.secrets[0]:",
+		`{name: a, verify: {scheme: rot13}}`:                                                        "sources[0].verify.scheme: must be one of",
+		`{name: a, request_id: "json:id", forward: {url: "http://x", sign: {secret: "not-whsec"}}}`: "sources[0].forward.sign.secret:",
+	} {
+		_, err := Parse([]byte("sources: [" + yaml + "]"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", yaml, err, want)
+		}
+	}
+}

@@ -93,7 +93,7 @@ func TestPresetFor(t *testing.T) {
 		want   signature.Preset
 	}{
 		{signature.GitHub, signature.Preset{RequestID: "header:X-GitHub-Delivery"}},
-		{signature.Stripe, signature.Preset{RequestID: "json:id", Resource: "json:data.object.id"}},
+		{signature.Stripe, signature.Preset{RequestID: "json:id"}},
 		{signature.StandardWebhooks, signature.Preset{RequestID: "header:webhook-id"}},
 		{signature.Shopify, signature.Preset{RequestID: "header:X-Shopify-Event-Id", DeliveryID: "header:X-Shopify-Webhook-Id"}},
 		{signature.Slack, signature.Preset{RequestID: "json:event_id"}},

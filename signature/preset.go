@@ -7,8 +7,6 @@ package signature
 type Preset struct {
 	RequestID  string // identifies the event; the same across the provider's retries
 	DeliveryID string // identifies one notification of the event, where a provider sends several
-	Resource   string // identifies the object the event is about
-	Version    string // orders changes to that object
 }
 
 // PresetFor returns the defaults for scheme, or the zero Preset for schemes
@@ -16,10 +14,7 @@ type Preset struct {
 //
 //   - github: RequestID "header:X-GitHub-Delivery", a GUID GitHub keeps
 //     when it redelivers.
-//   - stripe: RequestID "json:id", the event's evt_ id, kept on retries;
-//     Resource "json:data.object.id", since every Stripe event wraps the
-//     affected API object (a few, such as balance, have no id, and then the
-//     selector finds nothing).
+//   - stripe: RequestID "json:id", the event's evt_ id, kept on retries.
 //   - standard-webhooks: RequestID "header:webhook-id", which the spec
 //     makes the idempotency key, stable across retries.
 //   - shopify: RequestID "header:X-Shopify-Event-Id", shared by every
@@ -29,15 +24,17 @@ type Preset struct {
 //   - slack: RequestID "json:event_id", present on Events API callbacks
 //     (slash commands and interactivity payloads have none).
 //
-// No scheme gets a Version default: no provider puts a per-object change
-// counter in every payload, and a timestamp would order equal-second
-// events arbitrarily.
+// No scheme gets a resource or version default: a configured resource is
+// required on every delivery, and no provider puts an object ID and a
+// per-object change counter in every event (Stripe's balance events have
+// no object ID), so refusing such events would make the provider retry
+// them for days.
 func PresetFor(scheme string) Preset {
 	switch scheme {
 	case GitHub:
 		return Preset{RequestID: "header:X-GitHub-Delivery"}
 	case Stripe:
-		return Preset{RequestID: "json:id", Resource: "json:data.object.id"}
+		return Preset{RequestID: "json:id"}
 	case StandardWebhooks:
 		return Preset{RequestID: "header:webhook-id"}
 	case Shopify:
