@@ -23,6 +23,9 @@ type Error struct {
 	Code    string
 	Message string
 	Field   string
+	// Reason, when set, is a stable machine-readable detail of Code, such
+	// as which signature check failed.
+	Reason string
 }
 
 func (e *Error) Error() string {
@@ -67,6 +70,15 @@ func ErrorField(err error) string {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Field
+	}
+	return ""
+}
+
+// ErrorReason returns the Reason of an *Error, or "".
+func ErrorReason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
 	}
 	return ""
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/signature"
 )
 
 // Outbox is what the forwarder needs of the store.
@@ -39,6 +40,9 @@ type Route struct {
 	// Supersede skips a pending entry whose resource has a newer one pending.
 	Supersede bool
 	Headers   map[string]string // static headers added to every request
+	// SignSecret, when set (whsec_...), adds Standard Webhooks signature
+	// headers, so the downstream can check a request came through webhookd.
+	SignSecret string
 }
 
 // Default for Forwarder.PollInterval.
@@ -409,6 +413,15 @@ func (f *Forwarder) post(r *route, e *Entry, attempt int) (status int, retryAfte
 	}
 	if e.Version != "" {
 		req.Header.Set("Webhook-Version", e.Version)
+	}
+	if r.SignSecret != "" {
+		signed, err := signature.SignStandard(r.SignSecret, e.RequestID, f.now(), e.Body)
+		if err != nil {
+			return 0, 0, fmt.Errorf("sign: %w", err)
+		}
+		for k, v := range signed {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := f.Client.Do(req)
 	if err != nil {

@@ -2,12 +2,16 @@ package forward_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -491,5 +495,31 @@ func TestCloseAbandonsInFlightAndKeepsTheEntry(t *testing.T) {
 	}
 	if st := receipt(t, s, "billing", "req-1").Forward.State; st != webhookd.ForwardPending {
 		t.Errorf("receipt says %s, want pending", st)
+	}
+}
+
+func TestSignedForwarding(t *testing.T) {
+	const secret = "whsec_c2lnbmVkLWZvcndhcmRpbmctc2VjcmV0LTEyMzQ="
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, nil)
+	r := route(down.URL)
+	r.SignSecret = secret
+	start(t, s, map[string]forward.Route{"billing": r})
+	accept(t, s, "billing", "req-1", "", 0)
+	eventually(t, "delivery", func() bool { return len(down.delivered()) == 1 })
+	a := down.delivered()[0]
+	id, ts, sig := a.header.Get("webhook-id"), a.header.Get("webhook-timestamp"), a.header.Get("webhook-signature")
+	if id != "req-1" {
+		t.Errorf("webhook-id = %q, want the request ID", id)
+	}
+	if n, err := strconv.ParseInt(ts, 10, 64); err != nil || time.Since(time.Unix(n, 0)).Abs() > time.Minute {
+		t.Errorf("webhook-timestamp = %q, want now", ts)
+	}
+	// Checked with HMAC code written out here, as a downstream would.
+	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(id + "." + ts + "." + a.body))
+	if want := "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil)); sig != want {
+		t.Errorf("webhook-signature = %q, want %q", sig, want)
 	}
 }

@@ -185,6 +185,9 @@ func errorStatus(err error) (int, fiber.Map) {
 	if f := webhookd.ErrorField(err); f != "" {
 		body["field"] = f
 	}
+	if r := webhookd.ErrorReason(err); r != "" {
+		body["reason"] = r
+	}
 	return statuses[webhookd.ErrorCode(err)], body
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/signature"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -82,10 +83,20 @@ type source struct {
 	requestID, deliveryID, resource, version selector
 	exclude                                  []string
 	needsJSON                                bool
+	verifier                                 signature.Verifier
 }
 
 func compileSource(cfg *configs.Source) (*source, error) {
 	src := &source{Source: cfg}
+	var sig signature.Config // scheme none: a verifier that accepts everything
+	if cfg.Verify != nil {
+		sig = cfg.Verify.Signature()
+	}
+	v, err := signature.New(sig)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	src.verifier = v
 	var errs []error
 	for _, f := range []struct {
 		sel  *selector
@@ -180,10 +191,14 @@ func decisionOrRejected(d webhookd.Decision, err error) string {
 	return string(d)
 }
 
-// parse turns the request into a validated Delivery, or an error blaming
-// the field at fault. Nothing is written for a request that fails here.
+// parse checks the signature on the raw body, then turns the request into
+// a validated Delivery, or an error blaming the field at fault. Nothing is
+// written for a request that fails here.
 func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 	body := c.Body()
+	if err := src.verifier.Verify(fiberHeaders{c}, body, s.now()); err != nil {
+		return webhookd.Delivery{}, unauthorized(err)
+	}
 	if src.needsJSON && !gjson.ValidBytes(body) {
 		return webhookd.Delivery{}, webhookd.FieldErrorf("body", "body is not valid JSON")
 	}
@@ -219,6 +234,21 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 		d.Headers = passHeaders(c, src.Forward.PassHeaders)
 	}
 	return d, nil
+}
+
+// fiberHeaders lets package signature read Fiber's request headers.
+type fiberHeaders struct{ c *fiber.Ctx }
+
+func (h fiberHeaders) Get(name string) string { return h.c.Get(name) }
+
+// unauthorized turns a verification failure into a 401 that says which
+// check failed.
+func unauthorized(err error) error {
+	var se *signature.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	return &webhookd.Error{Code: webhookd.EUNAUTHORIZED, Message: se.Error(), Field: se.Header, Reason: string(se.Reason)}
 }
 
 // passHeaders copies the configured headers the request carries.

@@ -95,7 +95,9 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 	c := &client{t: t, public: public, admin: admin}
 
 	const total, resources = 600, 20
-	body := func(i int) string { return billing(fmt.Sprint("req-", i), fmt.Sprint("obj-", i%resources), i/resources+1) }
+	body := func(i int) string {
+		return billing(fmt.Sprint("req-", i), fmt.Sprint("obj-", i%resources), i/resources+1)
+	}
 	var mu sync.Mutex
 	accepted := map[string]int{}
 	// send posts deliveries from next until stop says so; it records every

@@ -154,7 +154,7 @@ func routes(cfg *configs.Config) map[string]forward.Route {
 		if f == nil {
 			continue
 		}
-		rs[s.Name] = forward.Route{
+		r := forward.Route{
 			URL:         f.URL,
 			Timeout:     f.Timeout,
 			Concurrency: f.Concurrency,
@@ -162,6 +162,10 @@ func routes(cfg *configs.Config) map[string]forward.Route {
 			Supersede:   f.Supersede,
 			Headers:     f.Headers,
 		}
+		if f.Sign != nil {
+			r.SignSecret = f.Sign.Secret
+		}
+		rs[s.Name] = r
 	}
 	return rs
 }

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/webhookd/webhookd/configs"
+)
+
+func newConfigCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Inspect the configuration",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newConfigCheckCommand())
+	return cmd
+}
+
+func newConfigCheckCommand() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Validate the configuration and print it as serve would run it, secrets masked",
+		Long: `Check loads the configuration exactly as serve does: defaults applied,
+${NAME} expanded from the environment, every field validated. A valid
+configuration is printed to stdout as YAML with its secrets masked; an invalid
+one lists every problem on stderr and exits 1.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(path, cmd.Flags().Changed("config"))
+			if err != nil {
+				return err
+			}
+			return writeConfig(cmd.OutOrStdout(), cfg.Masked())
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", configs.DefaultPath, "configuration file (YAML)")
+	return cmd
+}
+
+// writeConfig prints cfg as YAML that configs.Parse reads back.
+func writeConfig(w io.Writer, cfg *configs.Config) error {
+	doc := &yaml.Node{
+		Kind:        yaml.DocumentNode,
+		HeadComment: "Effective webhookd configuration: defaults applied, ${NAME} expanded, secrets masked.",
+		Content:     []*yaml.Node{configNode(reflect.ValueOf(cfg))},
+	}
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return fmt.Errorf("print configuration: %w", err)
+	}
+	return enc.Close()
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// configNode renders v as yaml.v3 would, except that durations read as
+// "168h0m0s" rather than yaml.v3's nanosecond count, which is how they are
+// written in a configuration file. Walking the value, not listing fields,
+// keeps fields added to configs.Config later in the output.
+func configNode(v reflect.Value) *yaml.Node {
+	switch {
+	case v.Type() == durationType:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: time.Duration(v.Int()).String()}
+	case v.Kind() == reflect.Pointer:
+		if v.IsNil() {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+		}
+		return configNode(v.Elem())
+	case v.Kind() == reflect.Struct:
+		n := &yaml.Node{Kind: yaml.MappingNode}
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name) // yaml.v3's default key
+			}
+			n.Content = append(n.Content, scalar(name), configNode(v.Field(i)))
+		}
+		return n
+	case v.Kind() == reflect.Slice:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+		for i := range v.Len() {
+			item := configNode(v.Index(i))
+			if item.Kind != yaml.ScalarNode {
+				n.Style = 0 // sources and other lists of mappings read better in block style
+			}
+			n.Content = append(n.Content, item)
+		}
+		return n
+	case v.Kind() == reflect.Map:
+		n := &yaml.Node{Kind: yaml.MappingNode}
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return cmp.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+		for _, k := range keys {
+			n.Content = append(n.Content, configNode(k), configNode(v.MapIndex(k)))
+		}
+		return n
+	default:
+		var n yaml.Node
+		if err := n.Encode(v.Interface()); err != nil {
+			// Config holds only strings, numbers and booleans here, which always encode.
+			panic(fmt.Sprintf("encode %s: %v", v.Type(), err))
+		}
+		return &n
+	}
+}
+
+func scalar(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }

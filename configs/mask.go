@@ -1,0 +1,71 @@
+package configs
+
+import (
+	"maps"
+	"slices"
+)
+
+// MaskedSecret is what a secret reads as in a masked configuration. It is
+// the same whatever the secret, so that not even its length is given away.
+const MaskedSecret = "****"
+
+// Masked returns a deep copy of c that is safe to print or log: the admin
+// token, every verify secret, every forward signing secret and every value
+// of forward.headers (they carry credentials such as "Authorization: Bearer
+// ...") read as MaskedSecret. An empty secret stays empty, so that a reader
+// can still tell it is unset. c is not changed.
+func (c *Config) Masked() *Config {
+	m := *c
+	m.Admin.Token = mask(c.Admin.Token)
+	m.Record = c.Record.clone()
+	m.Sources = slices.Clone(c.Sources)
+	for i := range m.Sources {
+		m.Sources[i] = c.Sources[i].masked()
+	}
+	return &m
+}
+
+func (s Source) masked() Source {
+	s.FingerprintExclude = slices.Clone(s.FingerprintExclude)
+	s.Responses = maps.Clone(s.Responses)
+	s.Record = s.Record.clone()
+	if s.Verify != nil {
+		v := *s.Verify
+		v.Secrets = slices.Clone(v.Secrets)
+		for i := range v.Secrets {
+			v.Secrets[i] = mask(v.Secrets[i])
+		}
+		s.Verify = &v
+	}
+	if s.Forward != nil {
+		f := *s.Forward
+		f.PassHeaders = slices.Clone(f.PassHeaders)
+		f.Headers = maps.Clone(f.Headers)
+		for k, v := range f.Headers {
+			f.Headers[k] = mask(v)
+		}
+		if f.Sign != nil {
+			sign := *f.Sign
+			sign.Secret = mask(sign.Secret)
+			f.Sign = &sign
+		}
+		s.Forward = &f
+	}
+	return s
+}
+
+func (r *Record) clone() *Record {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	c.Redact = slices.Clone(r.Redact)
+	return &c
+}
+
+func mask(secret string) string {
+	if secret == "" {
+		return ""
+	}
+	return MaskedSecret
+}

@@ -1,0 +1,165 @@
+package configs
+
+import (
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Secrets of the fixture below: none may survive masking.
+const (
+	testAdminToken  = "admin-token-7f3a"
+	testVerifyOld   = "gh-secret-old-19c2"
+	testVerifyNew   = "gh-secret-new-88d1"
+	testSignSecret  = "whsec_c2lnbmluZy1zZWNyZXQtZm9yLXRlc3Rz"
+	testBearer      = "Bearer downstream-credential-5e0b"
+	testHeaderValue = "tenant-key-d41d"
+)
+
+// fullConfig sets every optional section, so that the deep-copy check below
+// reaches every pointer, slice and map Config holds.
+func fullConfig(t *testing.T) *Config {
+	t.Helper()
+	t.Setenv("WEBHOOKD_TEST_ADMIN_TOKEN", testAdminToken)
+	cfg, err := Parse([]byte(`
+admin: { listen: "127.0.0.1:8081", token: "${WEBHOOKD_TEST_ADMIN_TOKEN}" }
+record: { path: /tmp/rec, redact: [X-Api-Key] }
+sources:
+  - name: gh
+    verify: { scheme: github, secrets: ["` + testVerifyOld + `", "` + testVerifyNew + `", ""] }
+    record: { path: /tmp/gh, redact: [X-Hub-Signature-256] }
+    fingerprint_exclude: [sent_at]
+    responses: { stale: 409 }
+    forward:
+      url: http://127.0.0.1:9000/gh
+      headers: { Authorization: "` + testBearer + `", X-Tenant-Key: "` + testHeaderValue + `", X-Empty: "" }
+      pass_headers: [X-GitHub-Event]
+      sign: { secret: "` + testSignSecret + `" }
+  - name: plain
+    request_id: header:Idempotency-Key
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestMaskedHidesEverySecret(t *testing.T) {
+	cfg := fullConfig(t)
+	m := cfg.Masked()
+
+	if m.Admin.Token != MaskedSecret {
+		t.Errorf("admin.token = %q", m.Admin.Token)
+	}
+	gh := m.Sources[0]
+	if want := []string{MaskedSecret, MaskedSecret, ""}; !reflect.DeepEqual(gh.Verify.Secrets, want) {
+		t.Errorf("verify.secrets = %q, want %q (an empty entry stays empty)", gh.Verify.Secrets, want)
+	}
+	if gh.Forward.Sign.Secret != MaskedSecret {
+		t.Errorf("forward.sign.secret = %q", gh.Forward.Sign.Secret)
+	}
+	wantHeaders := map[string]string{"Authorization": MaskedSecret, "X-Tenant-Key": MaskedSecret, "X-Empty": ""}
+	if !reflect.DeepEqual(gh.Forward.Headers, wantHeaders) {
+		t.Errorf("forward.headers = %q, want %q", gh.Forward.Headers, wantHeaders)
+	}
+
+	// However it is printed, no secret may show, nor anything of its length.
+	out, err := yaml.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{testAdminToken, testVerifyOld, testVerifyNew, testSignSecret, testBearer, "Bearer", testHeaderValue} {
+		if strings.Contains(string(out), secret) {
+			t.Errorf("masked configuration shows %q:\n%s", secret, out)
+		}
+	}
+
+	// Everything that is not a secret is kept.
+	if m.Listen != cfg.Listen || m.ReceiptTTL != cfg.ReceiptTTL || gh.Forward.URL != cfg.Sources[0].Forward.URL ||
+		gh.Verify.Scheme != "github" || gh.RequestID != "header:X-GitHub-Delivery" || m.Record.Path != "/tmp/rec" ||
+		!reflect.DeepEqual(gh.Forward.PassHeaders, []string{"X-GitHub-Event"}) || gh.Responses["stale"] != 409 {
+		t.Errorf("masking changed more than the secrets: %+v", m)
+	}
+}
+
+func TestMaskedLeavesUnsetSecretsEmpty(t *testing.T) {
+	t.Setenv("WEBHOOKD_ADMIN_TOKEN", "")
+	cfg, err := Parse(Example())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.Masked(); m.Admin.Token != "" {
+		t.Errorf("unset admin.token masks as %q, want empty so that a reader sees it is unset", m.Admin.Token)
+	}
+}
+
+func TestMaskedDoesNotChangeTheOriginal(t *testing.T) {
+	cfg := fullConfig(t)
+	want := fullConfig(t)
+	m := cfg.Masked()
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatal("Masked changed its receiver")
+	}
+	// Writing through the copy must not reach the original either.
+	m.Sources[0].Forward.Headers["Authorization"] = "changed"
+	m.Sources[0].Verify.Secrets[0] = "changed"
+	m.Sources[0].Responses["stale"] = 299
+	m.Record.Redact[0] = "changed"
+	if !reflect.DeepEqual(cfg, want) {
+		t.Error("the masked copy shares memory with the original")
+	}
+}
+
+// TestMaskedIsADeepCopy walks both configurations and fails on any pointer,
+// map or slice they share, so a field added to Config later without a copy
+// in Masked is caught. It also fails when the fixture leaves such a field
+// nil, since the walk could not see sharing there.
+func TestMaskedIsADeepCopy(t *testing.T) {
+	cfg := fullConfig(t)
+	assertNoSharing(t, "config", reflect.ValueOf(cfg), reflect.ValueOf(cfg.Masked()))
+}
+
+func assertNoSharing(t *testing.T, path string, a, b reflect.Value) {
+	t.Helper()
+	switch a.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice:
+		if a.IsNil() {
+			if !strings.HasPrefix(path, "config.sources[1]") { // the plain source leaves its options unset on purpose
+				t.Errorf("%s is nil in the fixture: set it so the deep-copy check covers it", path)
+			}
+			return
+		}
+		if a.Kind() != reflect.Slice || a.Len() > 0 {
+			if a.UnsafePointer() == b.UnsafePointer() {
+				t.Errorf("%s is shared between the configuration and its masked copy", path)
+			}
+		}
+	}
+	switch a.Kind() {
+	case reflect.Pointer:
+		assertNoSharing(t, path, a.Elem(), b.Elem())
+	case reflect.Struct:
+		for i := range a.NumField() {
+			assertNoSharing(t, path+"."+yamlName(a.Type().Field(i)), a.Field(i), b.Field(i))
+		}
+	case reflect.Slice:
+		for i := range a.Len() {
+			assertNoSharing(t, path+"["+strconv.Itoa(i)+"]", a.Index(i), b.Index(i))
+		}
+	case reflect.Map:
+		for _, k := range a.MapKeys() {
+			assertNoSharing(t, path+"["+k.String()+"]", a.MapIndex(k), b.MapIndex(k))
+		}
+	}
+}
+
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if name == "" {
+		return f.Name
+	}
+	return name
+}
