@@ -88,7 +88,7 @@ func configNode(v reflect.Value) *yaml.Node {
 			if name == "" {
 				name = strings.ToLower(f.Name) // yaml.v3's default key
 			}
-			n.Content = append(n.Content, scalar(name), configNode(v.Field(i)))
+			n.Content = append(n.Content, yamlString(name), configNode(v.Field(i)))
 		}
 		return n
 	case v.Kind() == reflect.Slice:
@@ -119,4 +119,6 @@ func configNode(v reflect.Value) *yaml.Node {
 	}
 }
 
-func scalar(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s} }
+func yamlString(s string) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+}

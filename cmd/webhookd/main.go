@@ -35,6 +35,8 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: false,
 	}
 	root.AddCommand(newServeCommand())
+	root.AddCommand(newReplayCommand(), newSinkCommand())
+	root.AddCommand(newConfigCommand())
 	return root
 }
 

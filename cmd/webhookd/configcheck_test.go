@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/webhookd/webhookd/configs"
+)
+
+// checkedConfig sets secrets in every place Masked covers, reads one from
+// the environment and leaves durations to their defaults.
+const checkedConfig = `
+admin: { token: "${WEBHOOKD_TEST_CHECK_TOKEN}" }
+sources:
+  - name: gh
+    verify: { scheme: github, secrets: ["gh-verify-secret-1", "gh-verify-secret-0"] }
+    forward:
+      url: http://sink:9000/gh
+      headers: { Authorization: "Bearer downstream-credential" }
+      sign: { secret: "whsec_c2lnbmluZy1zZWNyZXQtZm9yLXRlc3Rz" }
+  - name: audit
+    request_id: header:Idempotency-Key
+`
+
+var checkedSecrets = []string{"admin-token-from-env", "gh-verify-secret-1", "gh-verify-secret-0", "downstream-credential", "c2lnbmluZy1zZWNyZXQ"}
+
+// invalidConfig breaks four rules in four places.
+const invalidConfig = `
+listen: nope
+receipt_ttl: 10ms
+sources:
+  - name: Bad Name
+    request_id: x
+`
+
+var invalidProblems = []string{
+	"listen: must be host:port",
+	"receipt_ttl: must be at least 1s",
+	"sources[0].name: must be 1-64 lowercase letters",
+	"sources[0].request_id: must be json:<dotted.path> or header:<Name>",
+}
+
+func configCheckFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// execRoot runs webhookd in-process with args, through the root command
+// so that the subcommand's registration is covered too.
+func execRoot(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	root := newRootCommand()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err = root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestConfigCheckPrintsTheEffectiveConfigurationMasked(t *testing.T) {
+	t.Setenv("WEBHOOKD_TEST_CHECK_TOKEN", "admin-token-from-env")
+	path := configCheckFile(t, "webhookd.yaml", checkedConfig)
+	stdout, stderr, err := execRoot(t, "config", "check", "--config", path)
+	if err != nil {
+		t.Fatalf("config check: %v\n%s", err, stderr)
+	}
+	for _, secret := range checkedSecrets {
+		if strings.Contains(stdout, secret) {
+			t.Errorf("output shows the secret %q:\n%s", secret, stdout)
+		}
+	}
+	// Defaults are applied and durations read as durations, not nanoseconds.
+	for _, want := range []string{
+		"receipt_ttl: 168h0m0s\n",
+		"shutdown_timeout: 10s\n",
+		"  token: '****'\n",
+		"request_id: header:X-GitHub-Delivery\n", // the github preset
+		"      timeout: 10s\n",
+		"        max: 10m0s\n",
+		"      Authorization: '****'\n",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+
+	// The output is a configuration file: every key is a known field and
+	// every value reads back as what was printed.
+	want, err := configs.Parse([]byte(strings.ReplaceAll(checkedConfig, "${WEBHOOKD_TEST_CHECK_TOKEN}", "admin-token-from-env")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(stdout))
+	dec.KnownFields(true)
+	var back configs.Config
+	if err := dec.Decode(&back); err != nil {
+		t.Fatalf("output does not read back as a configuration: %v\n%s", err, stdout)
+	}
+	if back.ReceiptTTL != 168*time.Hour || back.Sources[0].Forward.Backoff.Max != 10*time.Minute || back.Sources[0].Verify.Secrets[1] != configs.MaskedSecret {
+		t.Errorf("read back %+v", back)
+	}
+	var again, masked bytes.Buffer
+	if err := writeConfig(&again, &back); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeConfig(&masked, want.Masked()); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != masked.String() {
+		t.Errorf("output read back prints differently:\n%s\nwant:\n%s", again.String(), masked.String())
+	}
+}
+
+func TestConfigCheckFallsBackToTheEmbeddedExample(t *testing.T) {
+	t.Chdir(t.TempDir()) // no configs/webhookd.yaml here
+	stdout, stderr, err := execRoot(t, "config", "check")
+	if err != nil {
+		t.Fatalf("config check: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stdout, "- name: demo\n") || !strings.Contains(stdout, "data_dir: ./data\n") {
+		t.Errorf("output is not the example configuration:\n%s", stdout)
+	}
+
+	// An explicit --config that is missing is an error, not the example.
+	if _, _, err := execRoot(t, "config", "check", "--config", filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("a missing --config file passed the check")
+	}
+}
+
+func TestConfigCheckListsEveryProblem(t *testing.T) {
+	path := configCheckFile(t, "bad.yaml", invalidConfig)
+	stdout, stderr, err := execRoot(t, "config", "check", "--config", path)
+	var verr *configs.ValidationError
+	if !errors.As(err, &verr) {
+		t.Fatalf("error = %v, want a *configs.ValidationError", err)
+	}
+	if len(verr.Problems) != len(invalidProblems) {
+		t.Errorf("problems = %q, want %d", verr.Problems, len(invalidProblems))
+	}
+	for _, p := range invalidProblems {
+		if !strings.Contains(stderr, p) {
+			t.Errorf("stderr lacks %q:\n%s", p, stderr)
+		}
+	}
+	if stdout != "" {
+		t.Errorf("an invalid configuration printed to stdout:\n%s", stdout)
+	}
+}
+
+// TestConfigCheckExitCodes runs the real binary: scripts and CI gate on the
+// exit status, which main, not the command, decides.
+func TestConfigCheckExitCodes(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(path string) (code int, stdout, stderr string) {
+		var out, errOut bytes.Buffer
+		cmd := exec.Command(bin, "config", "check", "--config", path)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+	}
+
+	if code, stdout, stderr := run(configCheckFile(t, "good.yaml", checkedConfig)); code != 0 || !strings.Contains(stdout, "- name: gh\n") {
+		t.Errorf("valid configuration: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr := run(configCheckFile(t, "bad.yaml", invalidConfig))
+	if code != 1 || stdout != "" {
+		t.Errorf("invalid configuration: exit %d, stdout %q; want exit 1 and nothing on stdout", code, stdout)
+	}
+	for _, p := range invalidProblems {
+		if !strings.Contains(stderr, p) {
+			t.Errorf("stderr lacks %q:\n%s", p, stderr)
+		}
+	}
+}

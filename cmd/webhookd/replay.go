@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/replay"
+)
+
+func newReplayCommand() *cobra.Command {
+	var (
+		file, target, configPath, rate, source, reportPath string
+		opts                                               replay.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "replay --file recording.jsonl --target http://HOST:PORT",
+		Short: "Replay recorded deliveries against a webhookd and compare its decisions",
+		Long: `Replay sends each line of a recording (JSON Lines, as "record:" writes them
+or written by hand) to the target, in file order unless --concurrency is
+above 1, and prints a summary. With --config, deliveries of sources that
+verify signatures are re-signed with a fresh timestamp, since recorded
+signatures are too old for any receiver. With --expect, an answer whose
+decision or status differs from what its line records is a mismatch.
+
+Exits 1 when a line mismatched or got no usable answer.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if opts.Rate, err = parseRate(rate); err != nil {
+				return err
+			}
+			if configPath != "" {
+				if opts.Config, err = configs.Load(configPath); err != nil {
+					return err
+				}
+			}
+			opts.Target, opts.Source = target, source
+			if bar := progressBar(cmd.ErrOrStderr()); bar != nil {
+				opts.Progress = bar
+			}
+			runner, err := replay.NewRunner(opts)
+			if err != nil {
+				return err
+			}
+			lines, err := replay.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			if len(lines) == 0 {
+				return fmt.Errorf("%s holds no deliveries", file)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			report, runErr := runner.Run(ctx, lines)
+			if opts.Progress != nil {
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
+			if source != "" && len(report.Results) == 0 && runErr == nil {
+				return fmt.Errorf("no line of %s is of source %q", file, source)
+			}
+			if err := report.WriteText(cmd.OutOrStdout()); err != nil {
+				return fmt.Errorf("print summary: %w", err)
+			}
+			if reportPath != "" {
+				if err := report.WriteFile(reportPath); err != nil {
+					return err
+				}
+			}
+			if runErr != nil {
+				return fmt.Errorf("replay interrupted: %w", runErr)
+			}
+			return report.Err()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&file, "file", "", "recording to replay (JSON Lines)")
+	f.StringVar(&target, "target", "", "base URL of the webhookd to replay against, e.g. http://127.0.0.1:8080")
+	f.StringVar(&configPath, "config", "", "the target's configuration, to re-sign deliveries of sources that verify signatures")
+	f.IntVar(&opts.Concurrency, "concurrency", 1, "deliveries in flight; 1 keeps file order")
+	f.StringVar(&rate, "rate", "", "at most this many deliveries per second, e.g. 50 or 50/s (default: no limit)")
+	f.BoolVar(&opts.Expect, "expect", false, "compare each answer's decision and status with the line's; a difference fails the replay")
+	f.StringVar(&source, "source", "", "replay only the lines of this source")
+	f.StringVar(&reportPath, "report", "", "also write the per-line results and the summary to this file as JSON")
+	f.DurationVar(&opts.Timeout, "timeout", 30*time.Second, "timeout of each request")
+	cmd.MarkFlagRequired("file")
+	cmd.MarkFlagRequired("target")
+	return cmd
+}
+
+// parseRate reads "50", "50/s" or "" (no limit).
+func parseRate(s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	r, err := strconv.ParseFloat(strings.TrimSuffix(s, "/s"), 64)
+	if err != nil || r <= 0 {
+		return 0, fmt.Errorf("rate: %q is not a positive number of deliveries per second, e.g. 50 or 50/s", s)
+	}
+	return r, nil
+}
+
+// progressBar returns a progress callback drawing on w, or nil when w is
+// not a terminal: a bar in a log file or a pipe is only noise.
+func progressBar(w io.Writer) func(done, total int) {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	info, err := f.Stat()
+	if err != nil || info.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	const width = 30
+	last := -1
+	return func(done, total int) {
+		// Redraw once per percent: a terminal write per delivery would slow a fast replay.
+		pct := 100 * done / max(total, 1)
+		if pct == last {
+			return
+		}
+		last = pct
+		filled := width * done / max(total, 1)
+		fmt.Fprintf(f, "\r[%s%s] %d/%d", strings.Repeat("=", filled), strings.Repeat(" ", width-filled), done, total)
+	}
+}

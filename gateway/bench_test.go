@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/store"
+)
+
+// BenchmarkDelivery measures one webhook delivery end to end over loopback:
+// HTTP, parsing, JSON field extraction, the durable decision and the answer.
+func BenchmarkDelivery(b *testing.B) {
+	cfg, err := configs.Parse([]byte(testConfig))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Listen, cfg.Admin.Listen, cfg.MaxBody = "127.0.0.1:0", "127.0.0.1:0", 1<<20
+	st := store.New(b.TempDir())
+	if err := st.Open(); err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := NewServer(cfg, st, st, zap.NewNop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Open(); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	url := "http://" + srv.PublicAddr() + "/hooks/billing"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	pad := strings.Repeat("x", 900) // about 1 KB bodies
+	var n atomic.Int64
+	b.SetParallelism(32)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			body := fmt.Sprintf(`{"request_id":"req-%d","pad":%q,"data":{"object":{"id":"res-%d","version":%d}}}`, i, pad, i%1000, i)
+			resp, err := client.Post(url, "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 202 {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+}

@@ -1,0 +1,196 @@
+package replay
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Decisions a recording holds besides webhookd's own (accepted, duplicate,
+// stale, conflict).
+const (
+	// Rejected is a request refused before any decision: a bad signature,
+	// bad input, an unknown source.
+	Rejected = "rejected"
+	// Failed is what a replay reports for a line that got no usable answer:
+	// the target was down, or answered something that is not webhookd's.
+	Failed = "error"
+)
+
+// recordedDecisions are the decisions a recording line may expect.
+var recordedDecisions = map[string]bool{
+	"accepted": true, "duplicate": true, "stale": true, "conflict": true, Rejected: true,
+}
+
+// Record is one request as it reached webhookd, with webhookd's answer: one
+// line of a recording.
+type Record struct {
+	Time    time.Time           `json:"time"`
+	Source  string              `json:"source"`
+	Method  string              `json:"method"`
+	Path    string              `json:"path"`
+	Headers map[string][]string `json:"headers"`
+	// BodyBase64 is the exact body; recorders always write it, since
+	// signatures cover exact bytes.
+	BodyBase64 string `json:"body_base64,omitempty"`
+	// Body is a UTF-8 body, for hand-written lines; a line sets one of the two.
+	Body string `json:"body,omitempty"`
+	// Status and Decision are what webhookd answered; on a hand-written
+	// line, what the replay expects (zero or empty: no expectation).
+	Status   int    `json:"status"`
+	Decision string `json:"decision"`
+}
+
+// SourceName returns the line's source, or the one its path names
+// (/hooks/{source}) when the line does not say.
+func (r *Record) SourceName() string {
+	if r.Source != "" {
+		return r.Source
+	}
+	rest, ok := strings.CutPrefix(r.Path, "/hooks/")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
+}
+
+// Payload returns the body's bytes.
+func (r *Record) Payload() ([]byte, error) {
+	if r.BodyBase64 == "" {
+		return []byte(r.Body), nil
+	}
+	body, err := base64.StdEncoding.DecodeString(r.BodyBase64)
+	if err != nil {
+		return nil, fmt.Errorf("body_base64: %w", err)
+	}
+	return body, nil
+}
+
+// tokenRe is an RFC 9110 token: what method and header names are made of.
+var tokenRe = regexp.MustCompile(`^[!#$%&'*+\-.^_` + "`" + `|~0-9A-Za-z]+$`)
+
+// ParseLine parses one line of a recording and checks it can be sent.
+// Unknown fields are refused: in a hand-written line, a misspelt
+// "decison" would otherwise silently expect nothing.
+func ParseLine(line []byte) (Record, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	var r Record
+	if err := dec.Decode(&r); err != nil {
+		return Record{}, fmt.Errorf("parse json: %w", err)
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		return Record{}, errors.New("parse json: more than one value on the line")
+	}
+	if r.Method == "" {
+		r.Method = "POST"
+	}
+	if err := r.check(); err != nil {
+		return Record{}, err
+	}
+	return r, nil
+}
+
+func (r *Record) check() error {
+	switch {
+	case !tokenRe.MatchString(r.Method):
+		return fmt.Errorf("method: %q is not an HTTP method", r.Method)
+	case !strings.HasPrefix(r.Path, "/"):
+		return fmt.Errorf("path: must start with / (got %q)", r.Path)
+	case strings.ContainsAny(r.Path, " \t\r\n\x00"):
+		return fmt.Errorf("path: %q holds whitespace or control characters", r.Path)
+	case r.Body != "" && r.BodyBase64 != "":
+		return errors.New("body and body_base64 are both set; give one")
+	case r.Decision != "" && !recordedDecisions[r.Decision]:
+		return fmt.Errorf("decision: %q is not one of accepted, duplicate, stale, conflict, rejected", r.Decision)
+	case r.Status != 0 && (r.Status < 100 || r.Status > 599):
+		return fmt.Errorf("status: %d is not an HTTP status", r.Status)
+	}
+	if _, err := r.Payload(); err != nil {
+		return err
+	}
+	for name, values := range r.Headers {
+		if !tokenRe.MatchString(name) {
+			return fmt.Errorf("headers: %q is not a header name", name)
+		}
+		for _, v := range values {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				return fmt.Errorf("headers: %s: value holds a line break or NUL", name)
+			}
+		}
+	}
+	return nil
+}
+
+// Line is a record with its line number in the recording, for reports.
+type Line struct {
+	N int `json:"line"`
+	Record
+}
+
+// Reader reads a recording line by line. Blank lines are skipped: a
+// recorder that failed mid-line starts the next line on a fresh one.
+type Reader struct {
+	br *bufio.Reader
+	n  int
+}
+
+// NewReader returns a reader of the recording r.
+func NewReader(r io.Reader) *Reader {
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// Next returns the next line; io.EOF after the last. An error names the
+// line at fault.
+func (r *Reader) Next() (Line, error) {
+	for {
+		raw, err := r.br.ReadBytes('\n')
+		if len(raw) == 0 && err != nil {
+			if errors.Is(err, io.EOF) {
+				return Line{}, io.EOF
+			}
+			return Line{}, fmt.Errorf("line %d: %w", r.n+1, err)
+		}
+		r.n++
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		rec, perr := ParseLine(raw)
+		if perr != nil {
+			return Line{}, fmt.Errorf("line %d: %w", r.n, perr)
+		}
+		return Line{N: r.n, Record: rec}, nil
+	}
+}
+
+// ReadFile reads a whole recording.
+func ReadFile(path string) ([]Line, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read recording: %w", err)
+	}
+	defer f.Close()
+	var lines []Line
+	r := NewReader(f)
+	for {
+		l, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return lines, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read recording %s: %w", path, err)
+		}
+		lines = append(lines, l)
+	}
+}

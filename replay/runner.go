@@ -1,0 +1,281 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/signature"
+)
+
+// Options configures a Runner.
+type Options struct {
+	// Target is the base URL of the webhookd to replay against; a line's
+	// path is appended to it.
+	Target string
+	// Config is the target's configuration. When set, deliveries of a
+	// source that verifies signatures are re-signed, with a fresh timestamp,
+	// using its scheme and first secret. When nil, recorded signatures are
+	// sent as they are.
+	Config *configs.Config
+	// Concurrency is how many deliveries may be in flight; 1 (the default)
+	// sends them one after another in file order.
+	Concurrency int
+	// Rate caps how many deliveries start per second; 0 is no cap.
+	Rate float64
+	// Expect compares each answer with the decision and status its line
+	// records; a difference is a mismatch.
+	Expect bool
+	// Source, when set, replays only the lines of that source.
+	Source string
+	// Timeout bounds each request; 0 means 30 seconds.
+	Timeout time.Duration
+	// Progress, when set, is called after each delivery with how many are
+	// done; calls never overlap.
+	Progress func(done, total int)
+}
+
+// Runner replays recorded deliveries against a target.
+type Runner struct {
+	opts   Options
+	target string
+	client *http.Client
+	now    func() time.Time
+}
+
+// NewRunner checks opts and returns a runner.
+func NewRunner(opts Options) (*Runner, error) {
+	u, err := url.Parse(opts.Target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("target: %q is not an http(s) URL such as http://127.0.0.1:8080", opts.Target)
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 1
+	}
+	if opts.Concurrency < 0 {
+		return nil, fmt.Errorf("concurrency: must be at least 1 (got %d)", opts.Concurrency)
+	}
+	if opts.Rate < 0 {
+		return nil, fmt.Errorf("rate: must not be negative (got %g)", opts.Rate)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	if opts.Source != "" && opts.Config != nil {
+		if _, ok := opts.Config.Source(opts.Source); !ok {
+			return nil, fmt.Errorf("source: %q is not in the configuration", opts.Source)
+		}
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = opts.Concurrency
+	return &Runner{
+		opts:   opts,
+		target: strings.TrimSuffix(opts.Target, "/"),
+		client: &http.Client{
+			Transport: transport,
+			Timeout:   opts.Timeout,
+			// A redirect answers the delivery; following it would send the body elsewhere.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		now: time.Now,
+	}, nil
+}
+
+// Run replays lines and reports on every one sent. A delivery that fails
+// (target down, an answer without a decision) is reported on its line and
+// the run goes on. When ctx ends first, the lines not yet sent are left out
+// of the report and Run returns ctx's error with it.
+func (r *Runner) Run(ctx context.Context, lines []Line) (*Report, error) {
+	if r.opts.Source != "" {
+		var mine []Line
+		for _, l := range lines {
+			if l.SourceName() == r.opts.Source {
+				mine = append(mine, l)
+			}
+		}
+		lines = mine
+	}
+	report := &Report{Target: r.target, Expect: r.opts.Expect, Started: r.now()}
+	results := make([]*Result, len(lines))
+	jobs := make(chan int)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		done int
+	)
+	for range r.opts.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				res := r.send(ctx, lines[i])
+				results[i] = &res
+				mu.Lock()
+				done++
+				if r.opts.Progress != nil {
+					r.opts.Progress(done, len(lines))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	start := time.Now()
+	err := r.dispatch(ctx, jobs, len(lines), start)
+	close(jobs)
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	for _, res := range results {
+		if res != nil {
+			report.Results = append(report.Results, *res)
+		}
+	}
+	report.Summary = summarize(report.Results, elapsed)
+	return report, err
+}
+
+// dispatch hands out line indexes in file order, paced by the rate.
+func (r *Runner) dispatch(ctx context.Context, jobs chan<- int, n int, start time.Time) error {
+	for i := range n {
+		if r.opts.Rate > 0 {
+			due := start.Add(time.Duration(float64(i) / r.opts.Rate * float64(time.Second)))
+			if wait := time.Until(due); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				}
+			}
+		}
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// skipped are headers a replay does not copy: hop-by-hop headers belong to
+// the recorded connection, Content-Length and Host are the new request's
+// own, and a recorded Accept-Encoding would stop the client from
+// decompressing the answer it has to read.
+var skipped = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Content-Length": true, "Host": true, "Accept-Encoding": true,
+}
+
+// send replays one line.
+func (r *Runner) send(ctx context.Context, l Line) Result {
+	res := Result{
+		Line:             l.N,
+		Source:           l.SourceName(),
+		Method:           l.Method,
+		Path:             l.Path,
+		ExpectedDecision: l.Decision,
+		ExpectedStatus:   l.Status,
+	}
+	fail := func(err error) Result {
+		res.Decision, res.Error = Failed, err.Error()
+		res.Mismatch = r.opts.Expect
+		return res
+	}
+	body, err := l.Payload()
+	if err != nil {
+		return fail(err)
+	}
+	h := make(http.Header, len(l.Headers))
+	for name, values := range l.Headers {
+		if skipped[http.CanonicalHeaderKey(name)] || redacted(values) {
+			continue // a placeholder is never the right credential
+		}
+		for _, v := range values {
+			h.Add(name, v)
+		}
+	}
+	if r.opts.Config != nil {
+		if src, ok := r.opts.Config.Source(res.Source); ok && src.Verify != nil {
+			if err := signature.Resign(src.Verify.Signature(), h, body, r.now()); err != nil {
+				return fail(fmt.Errorf("re-sign for source %s: %w", src.Name, err))
+			}
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, l.Method, r.target+l.Path, bytes.NewReader(body))
+	if err != nil {
+		return fail(fmt.Errorf("build request: %w", err))
+	}
+	req.Header = h
+	start := time.Now()
+	resp, err := r.client.Do(req)
+	if err != nil {
+		res.setLatency(time.Since(start))
+		return fail(err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	res.setLatency(time.Since(start))
+	res.Status = resp.StatusCode
+	if err != nil {
+		return fail(fmt.Errorf("read answer: %w", err))
+	}
+	if res.Decision, err = decisionOf(resp, raw); err != nil {
+		return fail(err)
+	}
+	res.Mismatch = r.opts.Expect && ((l.Decision != "" && l.Decision != res.Decision) || (l.Status != 0 && l.Status != res.Status))
+	return res
+}
+
+func redacted(values []string) bool {
+	for _, v := range values {
+		if v != Redacted {
+			return false
+		}
+	}
+	return len(values) > 0
+}
+
+// decisionOf reads webhookd's decision from an answer: its Webhook-Decision
+// header or its JSON "decision". An error answer ({"error": ...} with a 4xx
+// or 5xx) is a rejection.
+func decisionOf(resp *http.Response, raw []byte) (string, error) {
+	if d := resp.Header.Get("Webhook-Decision"); d != "" {
+		return d, nil
+	}
+	var body struct {
+		Decision string `json:"decision"`
+		Error    string `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &body); err == nil {
+		switch {
+		case body.Decision != "":
+			return body.Decision, nil
+		case body.Error != "" && resp.StatusCode >= 400:
+			return Rejected, nil
+		}
+	}
+	return "", fmt.Errorf("answer %d %s is not webhookd's (no decision): %s", resp.StatusCode, resp.Header.Get("Content-Type"), snippet(raw))
+}
+
+// snippet quotes the start of an answer for an error message.
+func snippet(raw []byte) string {
+	const max = 80
+	if len(raw) > max {
+		return fmt.Sprintf("%q...", raw[:max])
+	}
+	return fmt.Sprintf("%q", raw)
+}
+
+// ErrFailed is what Report.Err wraps when a replay had mismatches or errors.
+var ErrFailed = errors.New("replay failed")
