@@ -17,6 +17,7 @@ import (
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/replay"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -37,8 +38,19 @@ type Records interface {
 	Redeliver(ctx context.Context, source, requestID string) error
 }
 
+// Recorder keeps a copy of each incoming request and its answer, for replay
+// testing. It must not block.
+type Recorder interface {
+	Record(replay.Record)
+}
+
 // Server runs the public and the admin listener.
 type Server struct {
+	// Recorders maps a source name to where its requests are recorded; the
+	// key "" records requests for unknown sources. A source without an
+	// entry records nothing. Set before Open.
+	Recorders map[string]Recorder
+
 	logger  *zap.Logger
 	decider Decider
 	records Records

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/replay"
 	"github.com/webhookd/webhookd/signature"
 	"github.com/webhookd/webhookd/versioning"
 )
@@ -123,38 +125,45 @@ func compileSource(cfg *configs.Source) (*source, error) {
 // handleHook takes one webhook delivery.
 func (s *Server) handleHook(c *fiber.Ctx) error {
 	start := time.Now()
-	src, ok := s.sources[c.Params("source")]
-	if !ok {
-		return webhookd.Errorf(webhookd.ENOTFOUND, "unknown source %q", c.Params("source"))
-	}
-	if c.Method() != fiber.MethodPost {
-		c.Set(fiber.HeaderAllow, fiber.MethodPost)
-		return webhookd.Errorf(webhookd.EMETHOD, "webhooks are delivered with POST")
-	}
-	d, err := s.parse(c, src)
+	name := c.Params("source")
+	src, known := s.sources[name]
+	var d webhookd.Delivery
 	var out webhookd.Outcome
-	if err == nil {
-		out, err = s.decider.Decide(c.UserContext(), d)
+	var err error
+	switch {
+	case !known:
+		err = webhookd.Errorf(webhookd.ENOTFOUND, "unknown source %q", name)
+	case c.Method() != fiber.MethodPost:
+		c.Set(fiber.HeaderAllow, fiber.MethodPost)
+		err = webhookd.Errorf(webhookd.EMETHOD, "webhooks are delivered with POST")
+	default:
+		if d, err = s.parse(c, src); err == nil {
+			out, err = s.decider.Decide(c.UserContext(), d)
+		}
 	}
-	status := src.Status(out.Decision)
+	status, decision := 0, string(out.Decision)
 	if err != nil {
 		status, _ = errorStatus(err)
+		decision = replay.Rejected
+	} else {
+		status = src.Status(out.Decision)
 	}
 	s.logger.Info("delivery",
-		zap.String("source", src.Name),
+		zap.String("source", name),
 		zap.String("request_id", d.RequestID),
 		zap.String("delivery_id", d.DeliveryID),
 		zap.String("resource", d.Resource),
 		zap.String("version", d.Version),
-		zap.String("decision", decisionOrRejected(out.Decision, err)),
+		zap.String("decision", decision),
 		zap.Int("status", status),
 		zap.Duration("latency", time.Since(start)),
 		zap.NamedError("reason", err),
 	)
+	s.record(c, name, start, status, decision)
 	if err != nil {
 		return err
 	}
-	c.Set("Webhook-Decision", string(out.Decision))
+	c.Set("Webhook-Decision", decision)
 	return c.Status(status).JSON(answer{
 		Decision:      out.Decision,
 		Source:        src.Name,
@@ -163,6 +172,34 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 		Resource:      orNull(d.Resource),
 		Version:       orNull(d.Version),
 		LatestVersion: orNull(out.LatestVersion),
+	})
+}
+
+// record hands a copy of the request and its answer to the source's
+// recorder, or to the one for unknown sources.
+func (s *Server) record(c *fiber.Ctx, source string, at time.Time, status int, decision string) {
+	rec, ok := s.Recorders[source]
+	if _, known := s.sources[source]; !known {
+		rec, ok = s.Recorders[""]
+	}
+	if !ok {
+		return
+	}
+	headers := make(map[string][]string)
+	c.Request().Header.VisitAll(func(k, v []byte) {
+		headers[string(k)] = append(headers[string(k)], string(v))
+	})
+	// The recorder writes later, on its own goroutine: nothing may point into
+	// fasthttp's buffers, which the next request reuses.
+	rec.Record(replay.Record{
+		Time:       at,
+		Source:     strings.Clone(source),
+		Method:     strings.Clone(c.Method()),
+		Path:       strings.Clone(c.Path()),
+		Headers:    headers,
+		BodyBase64: base64.StdEncoding.EncodeToString(c.Body()),
+		Status:     status,
+		Decision:   decision,
 	})
 }
 
@@ -182,13 +219,6 @@ func orNull(s string) *string {
 		return nil
 	}
 	return &s
-}
-
-func decisionOrRejected(d webhookd.Decision, err error) string {
-	if err != nil {
-		return "rejected"
-	}
-	return string(d)
 }
 
 // parse checks the signature on the raw body, then turns the request into

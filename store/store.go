@@ -35,7 +35,7 @@ type Store struct {
 	db      *badger.DB
 	ops     chan *op
 	notify  chan struct{} // signalled after a commit that added outbox entries
-	mu      sync.RWMutex // guards closed against submitters racing Close
+	mu      sync.RWMutex  // guards closed against submitters racing Close
 	closed  bool
 	closing chan struct{}
 	wg      sync.WaitGroup

@@ -18,6 +18,7 @@ import (
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/gateway"
+	"github.com/webhookd/webhookd/replay"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -108,6 +109,7 @@ type Main struct {
 	Store     *store.Store
 	Forwarder *forward.Forwarder
 	Server    *gateway.Server
+	recorders []*replay.FileRecorder
 
 	closeOnce sync.Once
 	closeErr  error
@@ -135,6 +137,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	srv.Recorders = m.openRecorders()
 	if err := srv.Open(); err != nil {
 		return err
 	}
@@ -146,6 +149,39 @@ func (m *Main) Run(ctx context.Context) error {
 		zap.Int("sources", len(m.Config.Sources)),
 	)
 	return nil
+}
+
+// openRecorders opens one recorder per recording file and maps each source
+// to its own or the global one; "" (unknown sources) gets the global one.
+// A file that cannot be opened is logged, not fatal: recording never stops
+// deliveries, and the recorder keeps trying to open it.
+func (m *Main) openRecorders() map[string]gateway.Recorder {
+	byPath := make(map[string]*replay.FileRecorder)
+	open := func(r *configs.Record) gateway.Recorder {
+		if rec, ok := byPath[r.Path]; ok {
+			return rec
+		}
+		rec, err := replay.NewFileRecorder(r.Path, r.Redact, m.Logger.Named("record"))
+		if err != nil {
+			m.Logger.Error("open recording; deliveries go on unrecorded until it opens", zap.String("path", r.Path), zap.Error(err))
+		}
+		byPath[r.Path] = rec
+		m.recorders = append(m.recorders, rec)
+		return rec
+	}
+	recorders := make(map[string]gateway.Recorder)
+	if m.Config.Record != nil {
+		recorders[""] = open(m.Config.Record)
+	}
+	for _, s := range m.Config.Sources {
+		switch {
+		case s.Record != nil:
+			recorders[s.Name] = open(s.Record)
+		case m.Config.Record != nil:
+			recorders[s.Name] = recorders[""]
+		}
+	}
+	return recorders
 }
 
 // routes turns each forwarding source's configuration into a route.
@@ -183,6 +219,9 @@ func (m *Main) close(ctx context.Context) error {
 	var errs []error
 	if m.Server != nil {
 		errs = append(errs, m.Server.Shutdown(ctx))
+	}
+	for _, r := range m.recorders {
+		errs = append(errs, r.Close())
 	}
 	if m.Forwarder != nil {
 		errs = append(errs, m.Forwarder.Close(ctx))
