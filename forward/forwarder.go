@@ -45,6 +45,16 @@ type Route struct {
 	SignSecret string
 }
 
+// Metrics counts forward attempts.
+type Metrics interface {
+	// Attempted counts one attempt; result is delivered, retry or dead.
+	Attempted(source, result string, took time.Duration)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) Attempted(string, string, time.Duration) {}
+
 // Default for Forwarder.PollInterval.
 const DefaultPollInterval = time.Second
 
@@ -62,6 +72,7 @@ const loadBatch = 1024
 type Forwarder struct {
 	Logger       *zap.Logger
 	Client       *http.Client
+	Metrics      Metrics
 	PollInterval time.Duration // a safety net beside Outbox.Notify
 
 	outbox Outbox
@@ -70,6 +81,8 @@ type Forwarder struct {
 	jitter func() float64
 
 	after    uint64 // highest outbox position loaded
+	pendMu   sync.Mutex
+	pending  map[string]int // entries held, by source; read by Pending
 	results  chan settled
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -84,6 +97,8 @@ type Forwarder struct {
 func New(outbox Outbox, routes map[string]Route, logger *zap.Logger) *Forwarder {
 	f := &Forwarder{
 		Logger:       logger,
+		Metrics:      nopMetrics{},
+		pending:      make(map[string]int, len(routes)),
 		PollInterval: DefaultPollInterval,
 		outbox:       outbox,
 		routes:       make(map[string]*route, len(routes)),
@@ -96,6 +111,7 @@ func New(outbox Outbox, routes map[string]Route, logger *zap.Logger) *Forwarder 
 	maxConns := 0
 	for name, r := range routes {
 		f.routes[name] = newRoute(name, r)
+		f.pending[name] = 0
 		maxConns = max(maxConns, r.Concurrency)
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -108,6 +124,23 @@ func New(outbox Outbox, routes map[string]Route, logger *zap.Logger) *Forwarder 
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return f
+}
+
+// Pending returns how many entries wait to be forwarded, by source.
+func (f *Forwarder) Pending() map[string]int {
+	f.pendMu.Lock()
+	defer f.pendMu.Unlock()
+	counts := make(map[string]int, len(f.pending))
+	for k, v := range f.pending {
+		counts[k] = v
+	}
+	return counts
+}
+
+func (f *Forwarder) addPending(source string, n int) {
+	f.pendMu.Lock()
+	f.pending[source] += n
+	f.pendMu.Unlock()
 }
 
 // Open starts the scheduler; it loads what the outbox holds first.
@@ -245,6 +278,7 @@ func (f *Forwarder) enqueue(e Entry) {
 		r.lanes[key] = l
 	}
 	l.entries = append(l.entries, e)
+	f.addPending(e.Source, 1)
 	if len(l.entries) == 1 && !l.busy {
 		heap.Push(&r.ready, l)
 	}
@@ -288,6 +322,7 @@ func (f *Forwarder) settle(s settled) {
 		l.entries[0] = *s.retry
 	default:
 		l.entries = l.entries[len(s.entries):]
+		f.addPending(r.name, -len(s.entries))
 	}
 	if len(l.entries) == 0 {
 		delete(r.lanes, l.key)
@@ -357,7 +392,9 @@ func (f *Forwarder) do(j job) settled {
 // the forwarder is closing.
 func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
 	n := e.Attempts + 1
+	start := time.Now()
 	status, retryAfter, err := f.post(r, e, n)
+	took := time.Since(start)
 	now := f.now()
 	if err != nil && f.ctx.Err() != nil {
 		return Result{}, false
@@ -371,10 +408,12 @@ func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
 	}
 	switch Judge(status) {
 	case Delivered:
+		f.Metrics.Attempted(e.Source, "delivered", took)
 		log.Debug("forwarded")
 		return res, true
 	case Retry:
 		if n < r.Policy.MaxAttempts {
+			f.Metrics.Attempted(e.Source, "retry", took)
 			res.State = webhookd.ForwardRetrying
 			res.NextAttemptAt = now.Add(r.Policy.Delay(n, retryAfter, f.jitter()))
 			log.Info("forward failed, will retry", zap.String("error", res.Error), zap.Time("next_attempt_at", res.NextAttemptAt))
@@ -382,6 +421,7 @@ func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
 		}
 		res.Error = fmt.Sprintf("%s; gave up after %d attempts", res.Error, n)
 	}
+	f.Metrics.Attempted(e.Source, "dead", took)
 	res.State = webhookd.ForwardDead
 	log.Warn("forward dead-lettered", zap.String("error", res.Error))
 	return res, true

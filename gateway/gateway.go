@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"go.uber.org/zap"
 
@@ -44,8 +46,29 @@ type Recorder interface {
 	Record(replay.Record)
 }
 
+// Metrics counts what the public listener does. Labels must stay bounded:
+// the gateway passes "unknown" for sources it does not know.
+type Metrics interface {
+	Decided(source string, d webhookd.Decision)
+	Rejected(source, reason string)
+	Answered(source string, took time.Duration)
+}
+
+// nopMetrics is the Metrics of a gateway nobody watches.
+type nopMetrics struct{}
+
+func (nopMetrics) Decided(string, webhookd.Decision) {}
+func (nopMetrics) Rejected(string, string)           {}
+func (nopMetrics) Answered(string, time.Duration)    {}
+
 // Server runs the public and the admin listener.
 type Server struct {
+	// Metrics counts deliveries; MetricsHandler serves GET /metrics on the
+	// admin listener, without the token so that a scraper can read it. Set
+	// both before Open.
+	Metrics        Metrics
+	MetricsHandler http.Handler
+
 	// Recorders maps a source name to where its requests are recorded; the
 	// key "" records requests for unknown sources. A source without an
 	// entry records nothing. Set before Open.
@@ -68,14 +91,16 @@ type Server struct {
 // compile; a validated configuration always compiles.
 func NewServer(cfg *configs.Config, decider Decider, records Records, logger *zap.Logger) (*Server, error) {
 	s := &Server{
-		logger:     logger,
-		decider:    decider,
-		records:    records,
-		now:        time.Now,
-		token:      cfg.Admin.Token,
-		sources:    make(map[string]*source, len(cfg.Sources)),
-		publicAddr: cfg.Listen,
-		adminAd:    cfg.Admin.Listen,
+		Metrics:        nopMetrics{},
+		MetricsHandler: http.NotFoundHandler(),
+		logger:         logger,
+		decider:        decider,
+		records:        records,
+		now:            time.Now,
+		token:          cfg.Admin.Token,
+		sources:        make(map[string]*source, len(cfg.Sources)),
+		publicAddr:     cfg.Listen,
+		adminAd:        cfg.Admin.Listen,
 	}
 	for i := range cfg.Sources {
 		src, err := compileSource(&cfg.Sources[i])
@@ -90,6 +115,8 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 	s.public.All("/hooks/:source", s.handleHook)
 
 	s.admin = s.newApp(64 << 10)
+	// Registered before the token check: a route that answers ends the chain.
+	s.admin.Get("/metrics", func(c *fiber.Ctx) error { return adaptor.HTTPHandler(s.MetricsHandler)(c) })
 	s.admin.Use(s.requireToken)
 	s.admin.Get("/admin/receipts/:source/:request_id", s.handleGetReceipt)
 	s.admin.Get("/admin/resources/:source/:resource", s.handleGetResource)
@@ -203,11 +230,44 @@ func errorStatus(err error) (int, fiber.Map) {
 	return statuses[webhookd.ErrorCode(err)], body
 }
 
+// reasonOf names why a request was refused, for the rejection metric.
+func reasonOf(err error) string {
+	var fe *fiber.Error
+	if errors.As(err, &fe) && fe.Code == fiber.StatusRequestEntityTooLarge {
+		return "too_large"
+	}
+	switch webhookd.ErrorCode(err) {
+	case webhookd.EUNAUTHORIZED:
+		return "signature"
+	case webhookd.EINVALID, webhookd.EMETHOD:
+		return "invalid"
+	case webhookd.ETOOLARGE:
+		return "too_large"
+	case webhookd.ENOTFOUND:
+		return "unknown_source"
+	case webhookd.EUNAVAILABLE:
+		return "unavailable"
+	}
+	return "internal"
+}
+
+// sourceLabel keeps the source label bounded: names from request paths
+// that no source has are counted together. It returns the configured name,
+// never name itself, which points into a request buffer that fasthttp
+// reuses while the metric keeps its labels.
+func (s *Server) sourceLabel(name string) string {
+	if src, ok := s.sources[name]; ok {
+		return src.Name
+	}
+	return "unknown"
+}
+
 // handleError is the one place that writes error responses.
 func (s *Server) handleError(c *fiber.Ctx, err error) error {
 	status, body := errorStatus(err)
 	if source, ok := strings.CutPrefix(c.Path(), "/hooks/"); ok && status == fiber.StatusRequestEntityTooLarge {
-		// Refused before any route ran (no params exist yet), so it is logged here.
+		// Refused before any route ran (no params exist yet), so it is counted and logged here.
+		s.Metrics.Rejected(s.sourceLabel(source), reasonOf(err))
 		s.logger.Info("delivery", zap.String("source", source), zap.String("decision", "rejected"), zap.Int("status", status), zap.Error(err))
 	}
 	if status >= 500 {

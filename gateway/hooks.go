@@ -142,12 +142,16 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 		}
 	}
 	status, decision := 0, string(out.Decision)
+	label := s.sourceLabel(name)
 	if err != nil {
 		status, _ = errorStatus(err)
 		decision = replay.Rejected
+		s.Metrics.Rejected(label, reasonOf(err))
 	} else {
 		status = src.Status(out.Decision)
+		s.Metrics.Decided(label, out.Decision)
 	}
+	s.Metrics.Answered(label, time.Since(start))
 	s.logger.Info("delivery",
 		zap.String("source", name),
 		zap.String("request_id", d.RequestID),

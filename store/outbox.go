@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -294,4 +295,20 @@ func (t *tx) requeue(e *forward.Entry, now time.Time) error {
 	return t.updateForward(e.Source, e.RequestID, func(f *webhookd.ForwardStatus) {
 		*f = webhookd.ForwardStatus{State: webhookd.ForwardPending}
 	})
+}
+
+// DeadLetterCounts returns how many dead letters each source has. It reads
+// keys only.
+func (s *Store) DeadLetterCounts() (map[string]int, error) {
+	counts := make(map[string]int)
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixDead}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			source, _, _ := strings.Cut(string(it.Item().Key()[1:]), "\x00")
+			counts[source]++
+		}
+		return nil
+	})
+	return counts, err
 }

@@ -253,6 +253,9 @@ func (s *Store) collectGarbage() {
 	}
 }
 
+// Sizes returns the on-disk sizes of Badger's LSM tree and value log.
+func (s *Store) Sizes() (lsm, vlog int64) { return s.db.Size() }
+
 // RunGC rewrites value-log files until none is worth rewriting, so that
 // expired receipts and delivered outbox entries give their disk back.
 func (s *Store) RunGC() {

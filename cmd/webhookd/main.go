@@ -18,6 +18,7 @@ import (
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/gateway"
+	"github.com/webhookd/webhookd/metrics"
 	"github.com/webhookd/webhookd/replay"
 	"github.com/webhookd/webhookd/store"
 )
@@ -130,6 +131,17 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.Forwarder = forward.New(m.Store, routes(m.Config), m.Logger.Named("forward"))
+	var sources []string
+	for _, s := range m.Config.Sources {
+		sources = append(sources, s.Name)
+	}
+	met := metrics.New(metrics.Gauges{
+		Sources:       sources,
+		OutboxPending: m.Forwarder.Pending,
+		DeadLetters:   m.Store.DeadLetterCounts,
+		StoreSizes:    m.Store.Sizes,
+	})
+	m.Forwarder.Metrics = met
 	if err := m.Forwarder.Open(); err != nil {
 		return err
 	}
@@ -137,6 +149,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	srv.Metrics, srv.MetricsHandler = met, met.Handler()
 	srv.Recorders = m.openRecorders()
 	if err := srv.Open(); err != nil {
 		return err

@@ -1,0 +1,139 @@
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/webhookd/webhookd"
+)
+
+// Gauges are read when Prometheus scrapes, so they are never stale.
+type Gauges struct {
+	// Sources are the configured sources: each gets a series, zero or not,
+	// so that an alert on growth has a series to watch from the start.
+	Sources []string
+	// OutboxPending returns the entries waiting to be forwarded, by source.
+	OutboxPending func() map[string]int
+	// DeadLetters returns the dead letters, by source.
+	DeadLetters func() (map[string]int, error)
+	// StoreSizes returns the Badger LSM tree and value log sizes in bytes.
+	StoreSizes func() (lsm, vlog int64)
+}
+
+// Metrics holds webhookd's collectors in their own registry.
+type Metrics struct {
+	registry        *prometheus.Registry
+	deliveries      *prometheus.CounterVec
+	rejections      *prometheus.CounterVec
+	intake          *prometheus.HistogramVec
+	forwardAttempts *prometheus.CounterVec
+	forwardDuration *prometheus.HistogramVec
+}
+
+// New registers webhookd's metrics, the Go runtime's and the process's,
+// and the gauges g reads.
+func New(g Gauges) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhookd_deliveries_total",
+			Help: "Deliveries decided, by source and decision.",
+		}, []string{"source", "decision"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhookd_rejections_total",
+			Help: "Requests refused before a decision, by source and reason (signature, invalid, too_large, unknown_source, unavailable, internal).",
+		}, []string{"source", "reason"}),
+		intake: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "webhookd_intake_duration_seconds",
+			Help:    "Time from request to answer on the public listener, including the durable commit, by source.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"source"}),
+		forwardAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhookd_forward_attempts_total",
+			Help: "Forward attempts, by source and result (delivered, retry, dead).",
+		}, []string{"source", "result"}),
+		forwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "webhookd_forward_duration_seconds",
+			Help:    "Duration of forward attempts to the downstream, by source.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"source"}),
+	}
+	m.registry.MustRegister(
+		m.deliveries, m.rejections, m.intake, m.forwardAttempts, m.forwardDuration,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		gauges{g},
+	)
+	return m
+}
+
+// Handler serves the metrics in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Decided counts one decided delivery.
+func (m *Metrics) Decided(source string, d webhookd.Decision) {
+	m.deliveries.WithLabelValues(source, string(d)).Inc()
+}
+
+// Rejected counts one request refused before a decision.
+func (m *Metrics) Rejected(source, reason string) {
+	m.rejections.WithLabelValues(source, reason).Inc()
+}
+
+// Answered observes how long the public listener took to answer.
+func (m *Metrics) Answered(source string, took time.Duration) {
+	m.intake.WithLabelValues(source).Observe(took.Seconds())
+}
+
+// Attempted counts one forward attempt.
+func (m *Metrics) Attempted(source, result string, took time.Duration) {
+	m.forwardAttempts.WithLabelValues(source, result).Inc()
+	m.forwardDuration.WithLabelValues(source).Observe(took.Seconds())
+}
+
+var (
+	pendingDesc = prometheus.NewDesc("webhookd_outbox_pending", "Accepted deliveries waiting to be forwarded, by source.", []string{"source"}, nil)
+	deadDesc    = prometheus.NewDesc("webhookd_dead_letters", "Dead letters waiting for an operator, by source.", []string{"source"}, nil)
+	lsmDesc     = prometheus.NewDesc("webhookd_badger_lsm_bytes", "Size of Badger's LSM tree on disk.", nil, nil)
+	vlogDesc    = prometheus.NewDesc("webhookd_badger_vlog_bytes", "Size of Badger's value log on disk.", nil, nil)
+)
+
+// gauges reads Gauges at scrape time.
+type gauges struct{ Gauges }
+
+func (g gauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- pendingDesc
+	ch <- deadDesc
+	ch <- lsmDesc
+	ch <- vlogDesc
+}
+
+func (g gauges) Collect(ch chan<- prometheus.Metric) {
+	g.perSource(ch, pendingDesc, g.OutboxPending())
+	if dead, err := g.DeadLetters(); err != nil {
+		ch <- prometheus.NewInvalidMetric(deadDesc, err)
+	} else {
+		g.perSource(ch, deadDesc, dead)
+	}
+	lsm, vlog := g.StoreSizes()
+	ch <- prometheus.MustNewConstMetric(lsmDesc, prometheus.GaugeValue, float64(lsm))
+	ch <- prometheus.MustNewConstMetric(vlogDesc, prometheus.GaugeValue, float64(vlog))
+}
+
+// perSource sends one series per source in counts or in g.Sources.
+func (g gauges) perSource(ch chan<- prometheus.Metric, desc *prometheus.Desc, counts map[string]int) {
+	for _, source := range g.Sources {
+		if _, ok := counts[source]; !ok {
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, 0, source)
+		}
+	}
+	for source, n := range counts {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(n), source)
+	}
+}
