@@ -11,6 +11,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"net/url"
@@ -478,14 +479,10 @@ func TestComposeMatchesTheImage(t *testing.T) {
 		}
 	}
 
-	var healthchecks int
-	for _, svc := range c.Services {
-		if len(svc.Healthcheck) > 0 {
-			healthchecks++
+	for name, svc := range c.Services {
+		if len(svc.Healthcheck) == 0 {
+			t.Errorf("compose service %s has no healthcheck", name)
 		}
-	}
-	if healthchecks == 0 {
-		t.Error("compose.yaml has no healthcheck")
 	}
 }
 
@@ -556,6 +553,17 @@ func TestImageBinaryIsStatic(t *testing.T) {
 	}
 	run()
 	run(execForm(t, df.one(t, "CMD"))...)
+	// The HEALTHCHECK runs the image's own binary.
+	hc := df.one(t, "HEALTHCHECK")
+	_, probe, ok := strings.Cut(hc.args, "CMD ")
+	if !ok {
+		t.Fatalf("HEALTHCHECK %s: want CMD in exec form", hc.args)
+	}
+	hcArgv := execForm(t, instruction{cmd: "HEALTHCHECK", args: probe})
+	if hcArgv[0] != execForm(t, df.one(t, "ENTRYPOINT"))[0] {
+		t.Errorf("HEALTHCHECK runs %s, not the image's binary", hcArgv[0])
+	}
+	run(hcArgv[1:]...)
 	var c composeFile
 	raw, err = os.ReadFile("compose.yaml")
 	if err != nil {
@@ -567,6 +575,13 @@ func TestImageBinaryIsStatic(t *testing.T) {
 	for name, svc := range c.Services {
 		if svc.Image == c.Services["webhookd"].Image && len(svc.Command) > 0 {
 			t.Run(name, func(t *testing.T) { run(svc.Command...) })
+		}
+		if test, ok := svc.Healthcheck["test"].([]any); ok && len(test) > 2 && test[0] == "CMD" {
+			argv := make([]string, 0, len(test)-2)
+			for _, a := range test[2:] {
+				argv = append(argv, fmt.Sprint(a))
+			}
+			t.Run(name+"/healthcheck", func(t *testing.T) { run(argv...) })
 		}
 	}
 }

@@ -72,6 +72,9 @@ func (s *Store) Open() error {
 		WithSyncWrites(true).
 		// All writes go through one writer goroutine, so there is nothing to detect.
 		WithDetectConflicts(false).
+		// Value-log GC never rewrites the file being written: smaller files
+		// let large payloads give their space back without 1 GiB of traffic.
+		WithValueLogFileSize(64 << 20).
 		WithLogger(badgerLogger{s.Logger.Sugar()})
 	if s.memTableSize > 0 {
 		opts = opts.WithMemTableSize(s.memTableSize).WithValueThreshold(s.memTableSize / 16)
@@ -256,8 +259,11 @@ func (s *Store) collectGarbage() {
 // Sizes returns the on-disk sizes of Badger's LSM tree and value log.
 func (s *Store) Sizes() (lsm, vlog int64) { return s.db.Size() }
 
-// RunGC rewrites value-log files until none is worth rewriting, so that
-// expired receipts and delivered outbox entries give their disk back.
+// RunGC rewrites value-log files until none is worth rewriting. Value-log GC
+// reclaims only values at or above Badger's value threshold (1 MiB), such as
+// payload copies of large bodies; smaller expired receipts, payload copies
+// and delivered outbox entries are dropped by LSM compaction, which follows
+// writes.
 func (s *Store) RunGC() {
 	for s.db.RunValueLogGC(0.5) == nil {
 	}

@@ -39,6 +39,7 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newServeCommand())
 	root.AddCommand(newReplayCommand(), newSinkCommand())
 	root.AddCommand(newConfigCommand())
+	root.AddCommand(newHealthCommand())
 	return root
 }
 
