@@ -2,7 +2,7 @@ package replay
 
 import (
 	"bufio"
-	"encoding/json"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -30,7 +30,8 @@ const (
 //
 // Record never blocks: records go through a bounded queue to one writer
 // goroutine, which redacts, encodes and writes them through a buffer
-// flushed when the queue runs empty, at least every second, and on Close.
+// flushed every second and on Close (a write per line would cost a system
+// call per delivery exactly when load is highest).
 // When the queue is full a record is dropped and counted (Dropped); when a
 // write fails the lines lost are counted (Failed) and the error is logged,
 // so a full disk or a bad path costs the recording, never a delivery.
@@ -49,6 +50,7 @@ type FileRecorder struct {
 	// Owned by the writer goroutine.
 	file     *os.File // nil while the file cannot be opened
 	buf      *bufio.Writer
+	line     []byte // one encoded line, reused
 	pending  uint64 // lines in buf since the last successful flush
 	failing  bool   // the last write or open failed; logged once until it recovers
 	torn     bool   // a failed write may have left part of a line in the file
@@ -85,6 +87,11 @@ func NewFileRecorder(path string, redact []string, logger *zap.Logger) (*FileRec
 
 // Record queues rec for writing. The caller hands rec over: its headers
 // are redacted in place, later, by the writer.
+//
+// The writer always writes the body as body_base64, so that any bytes
+// survive. A caller may therefore set Body to a copy of the raw body
+// instead of BodyBase64 and leave the encoding to the writer goroutine:
+// that keeps it off the request path.
 func (r *FileRecorder) Record(rec Record) {
 	if rec.Time.IsZero() {
 		rec.Time = time.Now()
@@ -152,10 +159,6 @@ func (r *FileRecorder) run() {
 				return
 			}
 			r.write(rec)
-			if len(r.queue) == 0 {
-				// Idle: write now, so a recording can be followed as it grows.
-				r.flush()
-			}
 		case <-tick.C:
 			r.flush()
 			r.reportLosses()
@@ -184,15 +187,19 @@ func (r *FileRecorder) write(rec Record) {
 	if rec.Source == "" {
 		rec.Source = rec.SourceName()
 	}
-	line, err := json.Marshal(rec)
-	if err != nil { // only a time past year 9999 gets here
+	if rec.Body != "" && rec.BodyBase64 == "" {
+		rec.BodyBase64, rec.Body = base64.StdEncoding.EncodeToString([]byte(rec.Body)), ""
+	}
+	r.line = r.line[:0]
+	if r.torn {
+		r.line = append(r.line, '\n')
+	}
+	var err error
+	if r.line, err = appendRecord(r.line, &rec); err != nil {
 		r.lose(fmt.Errorf("record: encode: %w", err), 1, false)
 		return
 	}
-	if r.torn {
-		line = append([]byte{'\n'}, line...)
-	}
-	if _, err := r.buf.Write(append(line, '\n')); err != nil {
+	if _, err := r.buf.Write(r.line); err != nil {
 		r.lose(fmt.Errorf("record: write %s: %w", r.path, err), r.pending+1, true)
 		return
 	}

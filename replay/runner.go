@@ -24,8 +24,9 @@ type Options struct {
 	Target string
 	// Config is the target's configuration. When set, deliveries of a
 	// source that verifies signatures are re-signed, with a fresh timestamp,
-	// using its scheme and first secret. When nil, recorded signatures are
-	// sent as they are.
+	// using its scheme and first secret, except on lines that record a 401:
+	// those were refused for their signature and keep it. When nil,
+	// recorded signatures are sent as they are.
 	Config *configs.Config
 	// Concurrency is how many deliveries may be in flight; 1 (the default)
 	// sends them one after another in file order.
@@ -205,7 +206,9 @@ func (r *Runner) send(ctx context.Context, l Line) Result {
 			h.Add(name, v)
 		}
 	}
-	if r.opts.Config != nil {
+	// A line recorded as refused with 401 keeps its signature: it was
+	// refused for it, and a fresh one would turn a forgery into a delivery.
+	if r.opts.Config != nil && l.Status != http.StatusUnauthorized {
 		if src, ok := r.opts.Config.Source(res.Source); ok && src.Verify != nil {
 			if err := signature.Resign(src.Verify.Signature(), h, body, r.now()); err != nil {
 				return fail(fmt.Errorf("re-sign for source %s: %w", src.Name, err))

@@ -28,7 +28,8 @@ func newReplayCommand() *cobra.Command {
 or written by hand) to the target, in file order unless --concurrency is
 above 1, and prints a summary. With --config, deliveries of sources that
 verify signatures are re-signed with a fresh timestamp, since recorded
-signatures are too old for any receiver. With --expect, an answer whose
+signatures are too old for any receiver; a line that records a 401 keeps its
+signature, so that a forgery stays one. With --expect, an answer whose
 decision or status differs from what its line records is a mismatch.
 
 Exits 1 when a line mismatched or got no usable answer.`,

@@ -1,0 +1,362 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/signature"
+)
+
+// arrival is one request as the test target saw it.
+type arrival struct {
+	method, uri string
+	header      http.Header
+	body        string
+}
+
+// target is a stand-in webhookd: it answers each request with answer and
+// keeps what arrived.
+type target struct {
+	mu       sync.Mutex
+	arrivals []arrival
+}
+
+func newTarget(t *testing.T, answer func(w http.ResponseWriter, r *http.Request, body []byte)) (*target, string) {
+	tg := &target{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		tg.mu.Lock()
+		tg.arrivals = append(tg.arrivals, arrival{r.Method, r.RequestURI, r.Header.Clone(), string(body)})
+		tg.mu.Unlock()
+		answer(w, r, body)
+	}))
+	t.Cleanup(srv.Close)
+	return tg, srv.URL
+}
+
+// decide answers with the decision the body names, as {"d":"..."}.
+func decide(w http.ResponseWriter, _ *http.Request, body []byte) {
+	d, status := "accepted", 202
+	if bytes.Contains(body, []byte(`"d":"duplicate"`)) {
+		d, status = "duplicate", 200
+	}
+	w.Header().Set("Webhook-Decision", d)
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"decision":%q}`, d)
+}
+
+func lines(t *testing.T, jsonl string) []Line {
+	t.Helper()
+	var out []Line
+	r := NewReader(strings.NewReader(jsonl))
+	for {
+		l, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+}
+
+func run(t *testing.T, opts Options, ls []Line) *Report {
+	t.Helper()
+	r, err := NewRunner(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := r.Run(context.Background(), ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return report
+}
+
+func TestRunnerSendsEachLineAsRecorded(t *testing.T) {
+	tg, url := newTarget(t, decide)
+	report := run(t, Options{Target: url + "/", Expect: true}, lines(t, `
+{"path":"/hooks/a?x=1","headers":{"Content-Type":["application/json"],"X-Multi":["1","2"],"Connection":["keep-alive"],"Content-Length":["999"],"Host":["old.example"],"Accept-Encoding":["br"],"Authorization":["REDACTED"],"webhook-id":["msg_1"]},"body":"{\"d\":\"accepted\"}","decision":"accepted","status":202}
+{"method":"PUT","path":"/hooks/b","body_base64":"eyJkIjoiZHVwbGljYXRlIn0=","decision":"duplicate","status":200}
+{"path":"/hooks/a","body":"{\"d\":\"duplicate\"}","decision":"duplicate"}
+`))
+	if err := report.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(tg.arrivals) != 3 {
+		t.Fatalf("%d requests arrived, want 3", len(tg.arrivals))
+	}
+	first := tg.arrivals[0]
+	if first.method != "POST" || first.uri != "/hooks/a?x=1" || first.body != `{"d":"accepted"}` {
+		t.Errorf("first request: %+v", first)
+	}
+	if got := first.header.Values("X-Multi"); len(got) != 2 || first.header.Get("Webhook-Id") != "msg_1" || first.header.Get("Content-Type") != "application/json" {
+		t.Errorf("recorded headers not sent: %v", first.header)
+	}
+	for name, recorded := range map[string]string{"Connection": "keep-alive", "Authorization": Redacted, "Accept-Encoding": "br"} {
+		if v := first.header.Get(name); v == recorded {
+			t.Errorf("%s: %q was replayed", name, v)
+		}
+	}
+	if first.header.Get("Authorization") != "" {
+		t.Errorf("a redacted Authorization was sent: %q", first.header.Get("Authorization"))
+	}
+	if first.header.Get("Content-Length") != fmt.Sprint(len(first.body)) {
+		t.Errorf("Content-Length %q: the recorded one was sent", first.header.Get("Content-Length"))
+	}
+	if second := tg.arrivals[1]; second.method != "PUT" || second.body != `{"d":"duplicate"}` {
+		t.Errorf("second request: %+v", second)
+	}
+
+	s := report.Summary
+	if s.Deliveries != 3 || s.Mismatches != 0 || s.Errors != 0 || len(s.Outcomes) != 2 ||
+		s.Outcomes[0] != (Outcome{"accepted", 202, 1}) || s.Outcomes[1] != (Outcome{"duplicate", 200, 2}) {
+		t.Errorf("summary = %+v", s)
+	}
+	if r := report.Results[1]; r.Line != 3 || r.Source != "b" || r.Decision != "duplicate" || r.Status != 200 {
+		t.Errorf("result of line 3 = %+v", r)
+	}
+}
+
+func TestRunnerReportsMismatchesAndBadAnswers(t *testing.T) {
+	_, url := newTarget(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		switch r.URL.Path {
+		case "/hooks/html":
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(502)
+			io.WriteString(w, "<html>bad gateway</html>")
+		case "/hooks/unknown":
+			w.WriteHeader(404)
+			io.WriteString(w, `{"error":"unknown source"}`)
+		case "/hooks/json":
+			io.WriteString(w, `{"decision":"stale"}`) // no header: the body says
+		default:
+			decide(w, r, body)
+		}
+	})
+	report := run(t, Options{Target: url, Expect: true}, lines(t, `
+{"path":"/hooks/a","body":"{}","decision":"accepted","status":202}
+{"path":"/hooks/a","body":"{}","decision":"duplicate","status":200}
+{"path":"/hooks/html","body":"{}","decision":"accepted"}
+{"path":"/hooks/unknown","body":"{}","decision":"rejected","status":404}
+{"path":"/hooks/json","body":"{}","decision":"stale","status":201}
+`))
+	want := []struct {
+		decision string
+		status   int
+		mismatch bool
+	}{
+		{"accepted", 202, false},
+		{"accepted", 202, true}, // expected duplicate
+		{Failed, 502, true},     // not webhookd's answer
+		{Rejected, 404, false},
+		{"stale", 200, true}, // decision matches, status does not
+	}
+	for i, w := range want {
+		r := report.Results[i]
+		if r.Decision != w.decision || r.Status != w.status || r.Mismatch != w.mismatch {
+			t.Errorf("line %d: %+v, want %+v", r.Line, r, w)
+		}
+	}
+	if e := report.Results[2].Error; !strings.Contains(e, "502") || !strings.Contains(e, "bad gateway") {
+		t.Errorf("error of a non-webhookd answer: %q", e)
+	}
+	if !errors.Is(report.Err(), ErrFailed) || report.Summary.Mismatches != 3 || report.Summary.Errors != 1 {
+		t.Errorf("Err = %v, summary %+v", report.Err(), report.Summary)
+	}
+	var out strings.Builder
+	if err := report.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		"3     POST /hooks/a     duplicate 200  accepted 202", // the line numbers count the blank first line
+		"6     POST /hooks/json  stale 201      stale 200",
+		"4     POST /hooks/html  answer 502 text/html is not webhookd's",
+	} {
+		if !strings.Contains(out.String(), row) {
+			t.Errorf("summary lacks %q:\n%s", row, out.String())
+		}
+	}
+}
+
+func TestRunnerWithoutExpectCountsNoMismatch(t *testing.T) {
+	_, url := newTarget(t, decide)
+	report := run(t, Options{Target: url}, lines(t, `{"path":"/hooks/a","body":"{}","decision":"stale"}`))
+	if report.Summary.Mismatches != 0 || report.Err() != nil {
+		t.Errorf("without Expect: %+v, %v", report.Summary, report.Err())
+	}
+}
+
+func TestRunnerTargetDownReportsEveryLine(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	report := run(t, Options{Target: "http://" + addr, Expect: true, Concurrency: 2}, lines(t, `
+{"path":"/hooks/a","body":"{}","decision":"accepted","status":202}
+{"path":"/hooks/a","body":"{}","decision":"duplicate","status":200}
+{"path":"/hooks/b","body":"{}"}
+`))
+	if len(report.Results) != 3 {
+		t.Fatalf("%d results, want one per line", len(report.Results))
+	}
+	for _, r := range report.Results {
+		if r.Decision != Failed || r.Status != 0 || !strings.Contains(r.Error, "connection refused") {
+			t.Errorf("line %d: %+v", r.Line, r)
+		}
+	}
+	if report.Summary.Errors != 3 || report.Err() == nil {
+		t.Errorf("summary %+v, Err %v", report.Summary, report.Err())
+	}
+}
+
+func TestRunnerResignsWithTheTargetsConfig(t *testing.T) {
+	const secret = "whsec_dGVzdC1vbmx5LXJlc2lnbi1zZWNyZXQ=" // test only
+	cfg, err := configs.Parse([]byte(`
+sources:
+  - name: acme
+    verify: { scheme: standard-webhooks, secrets: ["` + secret + `"] }
+  - name: plain
+    request_id: json:id
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := signature.New(cfg.Sources[0].Verify.Signature())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := newTarget(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		if strings.HasPrefix(r.URL.Path, "/hooks/acme") {
+			if err := verifier.Verify(r.Header, body, time.Now()); err != nil {
+				w.WriteHeader(401)
+				fmt.Fprintf(w, `{"error":%q}`, err.Error())
+				return
+			}
+		}
+		decide(w, r, body)
+	})
+	// Signed long ago, with the right secret: only a fresh signature passes.
+	old := time.Date(2023, 11, 14, 0, 0, 0, 0, time.UTC)
+	body := `{"id":"1"}`
+	h, err := signature.SignStandard(secret, "msg_1", old, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := fmt.Sprintf(`{"path":"/hooks/acme","headers":{"webhook-id":[%q],"webhook-timestamp":[%q],"webhook-signature":[%q]},"body":%q,"decision":"accepted","status":202}
+{"path":"/hooks/plain","body":"{}","decision":"accepted","status":202}
+{"path":"/hooks/acme","body":"{}","decision":"accepted","status":202}
+{"path":"/hooks/acme","headers":{"webhook-id":["msg_2"],"webhook-timestamp":[%q],"webhook-signature":["v1,Zm9yZ2Vk"]},"body":"{}","decision":"rejected","status":401}`,
+		h["webhook-id"], h["webhook-timestamp"], h["webhook-signature"], body, h["webhook-timestamp"])
+
+	report := run(t, Options{Target: url, Expect: true}, lines(t, recorded))
+	if r := report.Results[0]; r.Decision != Rejected || r.Status != 401 {
+		t.Errorf("old signature without re-signing: %+v", r)
+	}
+
+	report = run(t, Options{Target: url, Expect: true, Config: cfg}, lines(t, recorded))
+	if r := report.Results[0]; r.Decision != "accepted" || r.Mismatch {
+		t.Errorf("re-signed delivery: %+v", r)
+	}
+	if r := report.Results[1]; r.Decision != "accepted" {
+		t.Errorf("unsigned source: %+v", r)
+	}
+	// Standard Webhooks re-signing needs the recorded webhook-id.
+	if r := report.Results[2]; r.Decision != Failed || !strings.Contains(r.Error, "re-sign for source acme") {
+		t.Errorf("re-signing without webhook-id: %+v", r)
+	}
+	// A line refused for its signature keeps it: re-signing would let a forgery in.
+	if r := report.Results[3]; r.Decision != Rejected || r.Status != 401 || r.Mismatch {
+		t.Errorf("recorded forgery: %+v", r)
+	}
+}
+
+func TestRunnerSourceFilter(t *testing.T) {
+	tg, url := newTarget(t, decide)
+	report := run(t, Options{Target: url, Source: "b"}, lines(t, `
+{"path":"/hooks/a","body":"{}"}
+{"path":"/hooks/b","body":"{}"}
+{"source":"b","path":"/elsewhere","body":"{}"}
+`))
+	if report.Summary.Deliveries != 2 || len(tg.arrivals) != 2 || tg.arrivals[1].uri != "/elsewhere" {
+		t.Errorf("%d deliveries, arrivals %+v", report.Summary.Deliveries, tg.arrivals)
+	}
+}
+
+// TestRunnerConcurrency holds every request until four are in flight: a
+// runner that sent fewer at once would leave them waiting out the safety
+// timeout and fail the count.
+func TestRunnerConcurrency(t *testing.T) {
+	const n = 4
+	var (
+		mu       sync.Mutex
+		inflight int
+		most     int
+		all      = make(chan struct{})
+	)
+	_, url := newTarget(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		mu.Lock()
+		inflight++
+		most = max(most, inflight)
+		if inflight == n {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(10 * time.Second):
+		}
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+		decide(w, r, body)
+	})
+	report := run(t, Options{Target: url, Concurrency: n, Rate: 1000}, lines(t, strings.Repeat(`{"path":"/hooks/a","body":"{}"}`+"\n", n)))
+	if most != n || report.Summary.Deliveries != n {
+		t.Errorf("at most %d in flight, %d delivered; want %d", most, report.Summary.Deliveries, n)
+	}
+}
+
+func TestRunnerStopsWhenCancelled(t *testing.T) {
+	_, url := newTarget(t, decide)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := NewRunner(Options{Target: url, Progress: func(done, total int) { cancel() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := r.Run(ctx, lines(t, strings.Repeat(`{"path":"/hooks/a","body":"{}"}`+"\n", 5)))
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+	if n := len(report.Results); n == 0 || n > 2 {
+		t.Errorf("%d lines reported after cancelling on the first", n)
+	}
+}
+
+func TestNewRunnerRefusesBadOptions(t *testing.T) {
+	for _, opts := range []Options{
+		{Target: "127.0.0.1:8080"},
+		{Target: "ftp://x"},
+		{Target: "http://x", Concurrency: -1},
+		{Target: "http://x", Rate: -5},
+	} {
+		if _, err := NewRunner(opts); err == nil {
+			t.Errorf("%+v accepted", opts)
+		}
+	}
+}
