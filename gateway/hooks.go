@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -196,14 +195,14 @@ func (s *Server) record(c *fiber.Ctx, source string, at time.Time, status int, d
 	// The recorder writes later, on its own goroutine: nothing may point into
 	// fasthttp's buffers, which the next request reuses.
 	rec.Record(replay.Record{
-		Time:       at,
-		Source:     strings.Clone(source),
-		Method:     strings.Clone(c.Method()),
-		Path:       strings.Clone(c.Path()),
-		Headers:    headers,
-		BodyBase64: base64.StdEncoding.EncodeToString(c.Body()),
-		Status:     status,
-		Decision:   decision,
+		Time:     at,
+		Source:   strings.Clone(source),
+		Method:   strings.Clone(c.Method()),
+		Path:     strings.Clone(c.Path()),
+		Headers:  headers,
+		Body:     string(c.Body()), // a copy; the writer base64-encodes it off the request path
+		Status:   status,
+		Decision: decision,
 	})
 }
 
