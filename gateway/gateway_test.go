@@ -46,7 +46,14 @@ type fixture struct {
 
 func newFixture(t *testing.T, wrap func(Decider) Decider) *fixture {
 	t.Helper()
-	cfg, err := configs.Parse([]byte(testConfig))
+	return newFixtureFor(t, testConfig, wrap)
+}
+
+// newFixtureFor builds a server for yaml on a fresh store; wrap, if given,
+// wraps the store's Decider.
+func newFixtureFor(t *testing.T, yaml string, wrap func(Decider) Decider) *fixture {
+	t.Helper()
+	cfg, err := configs.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,21 +373,11 @@ func TestAdminNeedsToken(t *testing.T) {
 }
 
 func TestAdminWithoutConfiguredTokenRefusesEverything(t *testing.T) {
-	cfg, _ := configs.Parse([]byte(`sources: [{name: a, request_id: "json:id"}]`))
-	st := store.New(t.TempDir())
-	if err := st.Open(); err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := NewServer(cfg, st, st, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newFixtureFor(t, `sources: [{name: a, request_id: "json:id"}]`, nil)
 	req := httptest.NewRequest(http.MethodGet, "/admin/receipts/a/x", nil)
 	req.Header.Set("Authorization", "Bearer ")
-	resp, _ := srv.Admin().Test(req, -1)
-	if resp.StatusCode != 401 {
-		t.Errorf("empty token: %d, want 401", resp.StatusCode)
+	if r := f.do(req); r.status != 401 {
+		t.Errorf("empty token: %d, want 401", r.status)
 	}
 }
 

@@ -11,11 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/zap/zaptest"
-
-	"github.com/webhookd/webhookd/configs"
-	"github.com/webhookd/webhookd/store"
 )
 
 // Secrets for the tests only. The Standard Webhooks ones are whsec_ + base64.
@@ -93,21 +88,8 @@ var signatureHeader = map[string]string{
 var timestamped = map[string]bool{"stripe": true, "slack": true, "standard": true}
 
 func TestSignatureVerification(t *testing.T) {
-	cfg, err := configs.Parse([]byte(verifyConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(t.TempDir())
-	if err := st.Open(); err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := NewServer(cfg, st, st, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.now = func() time.Time { return now }
-	f := &fixture{t: t, server: srv, store: st}
+	f := newFixtureFor(t, verifyConfig, nil)
+	f.server.now = func() time.Time { return now }
 
 	for scheme, sign := range signers {
 		secret, old := newSecret, oldSecret
@@ -176,20 +158,8 @@ func TestSignatureVerification(t *testing.T) {
 }
 
 func TestRotationEndsWhenTheOldSecretIsRemoved(t *testing.T) {
-	cfg, err := configs.Parse([]byte(fmt.Sprintf(`sources: [{name: github, request_id: "json:id", verify: {scheme: github, secrets: [%q]}}]`, newSecret)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(t.TempDir())
-	if err := st.Open(); err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srv, err := NewServer(cfg, st, st, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{t: t, server: srv, store: st}
+	f := newFixtureFor(t, fmt.Sprintf(`sources: [{name: github, request_id: "json:id", verify: {scheme: github, secrets: [%q]}}]`, newSecret), nil)
+	f.server.now = func() time.Time { return now }
 	req := httptest.NewRequest(http.MethodPost, "/hooks/github", strings.NewReader(`{"id":"x"}`))
 	signers["github"](req.Header, oldSecret, `{"id":"x"}`, now)
 	if r := f.do(req); r.status != 401 {
