@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -125,6 +126,10 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 	s.admin.Get("/admin/deadletters", s.handleListDeadLetters)
 	s.admin.Post("/admin/deadletters/:source/:request_id/retry", s.handleRetryDeadLetter)
 	s.admin.Delete("/admin/deadletters/:source/:request_id", s.handleDiscardDeadLetter)
+	// Go's profiler, behind the token: how the performance figures in the
+	// README were investigated, and how a production slowdown can be.
+	s.admin.Get("/debug/pprof/profile", adaptor.HTTPHandlerFunc(pprof.Profile))
+	s.admin.Get("/debug/pprof/*", adaptor.HTTPHandlerFunc(pprof.Index))
 	return s, nil
 }
 

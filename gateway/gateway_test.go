@@ -372,6 +372,23 @@ func TestAdminNeedsToken(t *testing.T) {
 	}
 }
 
+func TestProfilerNeedsTheToken(t *testing.T) {
+	f := newFixture(t, nil)
+	if r, _ := f.server.Admin().Test(httptest.NewRequest(http.MethodGet, "/debug/pprof/heap", nil), -1); r.StatusCode != 401 {
+		t.Errorf("profile without the token: %d, want 401", r.StatusCode)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/debug/pprof/heap?debug=1", nil)
+	req.Header.Set("Authorization", "Bearer t0ken")
+	resp, err := f.server.Admin().Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "heap profile") {
+		t.Errorf("heap profile with the token: %d %.80q", resp.StatusCode, body)
+	}
+}
+
 func TestAdminWithoutConfiguredTokenRefusesEverything(t *testing.T) {
 	f := newFixtureFor(t, `sources: [{name: a, request_id: "json:id"}]`, nil)
 	req := httptest.NewRequest(http.MethodGet, "/admin/receipts/a/x", nil)
