@@ -81,6 +81,8 @@ type Forwarder struct {
 	jitter func() float64
 
 	after    uint64 // highest outbox position loaded
+	jobs     int    // jobs started and not yet settled; owned by run
+	released chan *route
 	pendMu   sync.Mutex
 	pending  map[string]int // entries held, by source; read by Pending
 	results  chan settled
@@ -105,6 +107,7 @@ func New(outbox Outbox, routes map[string]Route, logger *zap.Logger) *Forwarder 
 		now:          time.Now,
 		jitter:       rand.Float64,
 		results:      make(chan settled),
+		released:     make(chan *route),
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
@@ -170,7 +173,7 @@ type route struct {
 	Route
 	name     string
 	orphan   bool // no forward configuration: entries are dead-lettered
-	inflight int
+	inflight int  // requests to the downstream in flight, against Concurrency
 	lanes    map[string]*lane
 	ready    laneHeap // idle lanes, by their head's next attempt
 }
@@ -211,7 +214,7 @@ func (f *Forwarder) run() {
 	stopping, needLoad := false, true
 	for {
 		if stopping {
-			if f.inflight() == 0 {
+			if f.jobs == 0 {
 				return
 			}
 		} else {
@@ -228,19 +231,13 @@ func (f *Forwarder) run() {
 			needLoad = true
 		case <-poll.C:
 			needLoad = true
+		case r := <-f.released:
+			r.inflight--
 		case s := <-f.results:
 			f.settle(s)
 		case <-timer.C:
 		}
 	}
-}
-
-func (f *Forwarder) inflight() int {
-	n := 0
-	for _, r := range f.routes {
-		n += r.inflight
-	}
-	return n
 }
 
 // load adds the entries written since the last load.
@@ -299,6 +296,7 @@ func (f *Forwarder) dispatch() time.Duration {
 			heap.Pop(&r.ready)
 			l.busy = true
 			r.inflight++
+			f.jobs++
 			j := job{route: r, lane: l, entries: l.entries[:1]}
 			if r.Supersede && len(l.entries) > 1 {
 				j.entries, j.supersede = l.entries[:len(l.entries)-1], true
@@ -314,7 +312,7 @@ func (f *Forwarder) dispatch() time.Duration {
 // settle applies a finished job to its lane.
 func (f *Forwarder) settle(s settled) {
 	r, l := s.route, s.lane
-	r.inflight--
+	f.jobs--
 	l.busy = false
 	switch {
 	case s.keep:
@@ -331,15 +329,29 @@ func (f *Forwarder) settle(s settled) {
 	heap.Push(&r.ready, l)
 }
 
+// work runs one job. It frees the job's downstream slot as soon as the
+// request is answered, before the result is on disk: forwarding throughput
+// is then bounded by the downstream, not by commit latency. The lane stays
+// busy until the result is on disk, which is what ordering needs.
 func (f *Forwarder) work(j job) {
 	defer f.wg.Done()
-	f.results <- f.do(j)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			f.released <- j.route
+		}
+	}
+	s := f.do(j, release)
+	release()
+	f.results <- s
 }
 
-func (f *Forwarder) do(j job) settled {
+func (f *Forwarder) do(j job, release func()) settled {
 	s := settled{job: j}
 	now := f.now()
 	if j.supersede {
+		release()
 		for _, e := range j.entries {
 			r := Result{State: webhookd.ForwardSuperseded, Attempts: e.Attempts, At: now}
 			if err := f.outbox.Settle(f.ctx, e, r); err != nil {
@@ -373,7 +385,9 @@ func (f *Forwarder) do(j job) settled {
 			return storeFailed("read outbox entry", err)
 		}
 		var ok bool
-		if r, ok = f.attempt(j.route, &full); !ok {
+		r, ok = f.attempt(j.route, &full)
+		release()
+		if !ok {
 			s.keep = true // shutting down: the entry stays as it is
 			return s
 		}
