@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd/configs"
@@ -59,4 +60,24 @@ func BenchmarkDelivery(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkParse measures the request path before the store: JSON
+// validation, field extraction with gjson, identifier checks, version
+// parsing and the fingerprint with an excluded field, on a 1 KB body.
+func BenchmarkParse(b *testing.B) {
+	f := newFixtureFor(b, testConfig, nil)
+	src := f.server.sources["billing"]
+	body := []byte(fmt.Sprintf(`{"request_id":"req-1","sent_at":"now","pad":%q,"data":{"object":{"id":"res-1","version":7}}}`, strings.Repeat("x", 900)))
+	app := f.server.Public()
+	c := app.AcquireCtx(&fasthttp.RequestCtx{})
+	defer app.ReleaseCtx(c)
+	c.Request().SetBody(body)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.server.parse(c, src); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -39,7 +39,7 @@ sources:
 `
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	server *Server
 	store  *store.Store
 }
@@ -51,7 +51,7 @@ func newFixture(t *testing.T, wrap func(Decider) Decider) *fixture {
 
 // newFixtureFor builds a server for yaml on a fresh store; wrap, if given,
 // wraps the store's Decider.
-func newFixtureFor(t *testing.T, yaml string, wrap func(Decider) Decider) *fixture {
+func newFixtureFor(t testing.TB, yaml string, wrap func(Decider) Decider) *fixture {
 	t.Helper()
 	cfg, err := configs.Parse([]byte(yaml))
 	if err != nil {
