@@ -1,0 +1,114 @@
+// Command loadgen sends webhooks at a fixed rate (open loop), for the
+// bench's soak mode: wrk only knows "as fast as possible". Bodies have the
+// shape of bench/webhook.lua's accept mode: 1024 bytes, random hex padding,
+// new request IDs, versions growing per resource.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	url := flag.String("url", "http://127.0.0.1:18080/hooks/bench", "where to POST")
+	rate := flag.Float64("rate", 1000, "requests per second")
+	duration := flag.Duration("duration", time.Minute, "how long to send")
+	conns := flag.Int("conns", 64, "connections (requests in flight at most)")
+	prefix := flag.String("prefix", "s", "request ID prefix; use a new one per run")
+	flag.Parse()
+	if !strings.HasPrefix(*url, "http://127.0.0.1:") {
+		fmt.Fprintln(os.Stderr, "loadgen: only http://127.0.0.1 targets")
+		os.Exit(2)
+	}
+
+	client := &http.Client{
+		Transport: &http.Transport{MaxIdleConnsPerHost: *conns, MaxConnsPerHost: *conns},
+		Timeout:   30 * time.Second,
+	}
+	// Random hex padding, as in webhook.lua, so bodies do not compress.
+	hex := make([]byte, 64<<10)
+	for i := range hex {
+		hex[i] = "0123456789abcdef"[rand.IntN(16)]
+	}
+	pad := string(hex)
+	// Up to a second of requests may queue behind busy connections, so a
+	// stall is caught up afterwards instead of lowering the rate.
+	jobs := make(chan int, max(*conns, int(*rate)))
+	var ok2xx, other, failed atomic.Int64
+	latencies := make([][]time.Duration, *conns)
+	var wg sync.WaitGroup
+	for w := range *conns {
+		wg.Go(func() {
+			for i := range jobs {
+				head := fmt.Sprintf(`{"request_id":"%s-%d","sent_at":"2026-01-01T00:00:00Z","type":"subscription.updated","data":{"id":"%s-r-%d","version":%d,"note":"`,
+					*prefix, i, *prefix, i%1000, i)
+				at := i * 7919 % (len(pad) - 1024)
+				body := head + pad[at:at+1024-len(head)-3] + `"}}`
+				start := time.Now()
+				resp, err := client.Post(*url, "application/json", bytes.NewBufferString(body))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				latencies[w] = append(latencies[w], time.Since(start))
+				if resp.StatusCode/100 == 2 {
+					ok2xx.Add(1)
+				} else {
+					other.Add(1)
+				}
+			}
+		})
+	}
+
+	// Release requests on schedule; "behind" counts the requests the
+	// schedule had to wait for because the queue (a second of requests)
+	// was full. Latencies run from the request's start, not its due time.
+	start := time.Now()
+	sent, behind := 0, 0
+	for {
+		elapsed := time.Since(start)
+		if elapsed >= *duration {
+			break
+		}
+		for due := int(elapsed.Seconds() * *rate); sent < due; {
+			sent++
+			select {
+			case jobs <- sent:
+			default:
+				behind++
+				jobs <- sent
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(jobs)
+	wg.Wait()
+	took := time.Since(start)
+
+	var all []time.Duration
+	for _, l := range latencies {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration {
+		if len(all) == 0 {
+			return 0
+		}
+		return all[min(len(all)-1, int(p*float64(len(all))))]
+	}
+	fmt.Printf("LOADGEN target_rate=%.0f scheduled=%d done=%d achieved_rate=%.0f 2xx=%d non2xx=%d errors=%d behind=%d p50=%v p99=%v p99.9=%v max=%v\n",
+		*rate, sent, len(all), float64(len(all))/took.Seconds(), ok2xx.Load(), other.Load(), failed.Load(), behind,
+		pct(0.50), pct(0.99), pct(0.999), pct(1))
+}

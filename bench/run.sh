@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# bench/run.sh: one-command load benchmark of webhookd (README, "Load benchmark").
+#
+#   bench/run.sh [-d SECONDS] [--soak MINUTES] [--drain SECONDS] [--workdir DIR]
+#
+# Builds webhookd and the helpers (bench/ceiling, bench/downstream,
+# bench/loadgen) into a work directory, starts them on 127.0.0.1 only, runs
+# bounded wrk phases (-t2 -c64 -d SECONDS, 1024-byte JSON bodies from
+# bench/webhook.lua), waits for the outbox to drain and prints a table.
+# Everything it starts is stopped by PID on exit. Environment variables
+# BENCH_DURATION, BENCH_SOAK_MINUTES, BENCH_DRAIN_TIMEOUT and BENCH_WORKDIR
+# are the flags' defaults; BENCH_FORWARD_CONCURRENCY (64) sets the bench
+# source's forward.concurrency.
+set -euo pipefail
+
+DURATION=${BENCH_DURATION:-20}
+SOAK_MIN=${BENCH_SOAK_MINUTES:-0}
+DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-60}
+FORWARD_CONCURRENCY=${BENCH_FORWARD_CONCURRENCY:-64}
+WORK=${BENCH_WORKDIR:-}
+THREADS=2
+CONNS=64
+while [ $# -gt 0 ]; do
+	case $1 in
+	-d | --duration) DURATION=$2; shift 2 ;;
+	--soak) SOAK_MIN=$2; shift 2 ;;
+	--drain) DRAIN_TIMEOUT=$2; shift 2 ;;
+	--workdir) WORK=$2; shift 2 ;;
+	-h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+	esac
+done
+
+# Loopback only, fixed ports; a port already in use aborts the run.
+HOST=127.0.0.1
+HOOK_PORT=18080 ADMIN_PORT=18081 CEILING_PORT=18090 DOWN_PORT=18099
+HOOK_URL=http://$HOST:$HOOK_PORT/hooks/bench
+CEILING_URL=http://$HOST:$CEILING_PORT/hooks/bench
+METRICS_URL=http://$HOST:$ADMIN_PORT/metrics
+COUNT_URL=http://$HOST:$DOWN_PORT/count
+
+cd "$(dirname "$0")/.."
+[ -n "$WORK" ] || WORK=$(mktemp -d /tmp/webhookd-bench.XXXXXX)
+mkdir -p "$WORK/bin"
+say() { printf '%s\n' "$*"; }
+section() { printf '\n== %s\n' "$*"; }
+
+PIDS=()
+cleanup() {
+	local pid
+	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${PIDS[@]}"; do
+		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- tools and builds --------------------------------------------------------
+if ! command -v wrk >/dev/null; then
+	say "installing wrk (apt-get)"
+	apt-get update -qq && apt-get install -y -qq wrk >/dev/null
+fi
+say "building into $WORK/bin"
+go build -o "$WORK/bin/webhookd" ./cmd/webhookd
+go build -o "$WORK/bin/ceiling" ./bench/ceiling
+go build -o "$WORK/bin/downstream" ./bench/downstream
+go build -o "$WORK/bin/loadgen" ./bench/loadgen
+
+for port in $HOOK_PORT $ADMIN_PORT $CEILING_PORT $DOWN_PORT; do
+	if (exec 3<>"/dev/tcp/$HOST/$port") 2>/dev/null; then
+		say "port $HOST:$port is in use; stop what holds it first" >&2
+		exit 1
+	fi
+done
+
+# --- helpers -----------------------------------------------------------------
+CLK_TCK=$(getconf CLK_TCK)
+now() { date +%s.%N; }
+calc() { awk "BEGIN { printf \"%.${2:-0}f\", ($1) }"; }
+cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; } # utime + stime
+sys_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6, $9 }' /proc/stat; } # all, idle + iowait, steal
+# children_cpu sets CHILD_CPU to the CPU seconds of this shell's finished
+# children (in a phase: wrk). Not in $(...): that would time a subshell.
+children_cpu() {
+	times >"$WORK/times"
+	CHILD_CPU=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$WORK/times")
+}
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+rss_detail() { awk '/^(VmRSS|RssAnon|RssFile):/ { printf "%s %.0f MiB ", $1, $2 / 1024 }' "/proc/$1/status"; }
+disk_bytes() { du -sk "$1" | awk '{ printf "%.0f", $1 * 1024 }'; } # allocated blocks, not apparent size
+wait_up() {                                               # URL
+	for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
+	say "$1 did not come up" >&2
+	exit 1
+}
+# metric NAME [LABEL-SUBSTRING]: the sum of the matching series in one scrape.
+scrape() { curl -sf "$METRICS_URL" >"$WORK/metrics.txt"; }
+metric() {
+	awk -v name="$1" -v label="${2:-}" '
+		index($0, name) == 1 && (substr($0, length(name) + 1, 1) ~ /[{ ]/) && index($0, label) { sum += $NF }
+		END { printf "%.0f", sum }' "$WORK/metrics.txt"
+}
+decided() { metric webhookd_deliveries_total "decision=\"$1\""; }
+delivered() { metric webhookd_forward_attempts_total 'result="delivered"'; }
+counters() { # accepted duplicate stale conflict rejected delivered retry dead
+	scrape
+	echo "$(decided accepted) $(decided duplicate) $(decided stale) $(decided conflict)" \
+		"$(metric webhookd_rejections_total) $(delivered)" \
+		"$(metric webhookd_forward_attempts_total 'result="retry"') $(metric webhookd_forward_attempts_total 'result="dead"')"
+}
+
+# --- phases ------------------------------------------------------------------
+ROWS=()
+CEILING_RPS=0
+DOWN_PID=
+declare -A SENT # per-thread requests sent by the accept phase, for the dup phase
+
+# phase NAME PID URL WRK-ARGS...: one bounded wrk run against URL, PID being
+# the server measured; appends a row to ROWS.
+phase() {
+	local name=$1 pid=$2 url=$3
+	shift 3
+	local out=$WORK/wrk-$name.txt before=() after=()
+	local t0 t1 c0 c1 d0=0 d1=0 s0 s1 w0 w1 # wall clock; CPU of server, downstream, machine, wrk
+	[ "$name" = ceiling ] || read -ra before <<<"$(counters)"
+	children_cpu
+	w0=$CHILD_CPU c0=$(cpu_ticks "$pid") s0=$(sys_ticks) t0=$(now)
+	[ -z "$DOWN_PID" ] || d0=$(cpu_ticks "$DOWN_PID")
+	section "phase $name: wrk -t$THREADS -c$CONNS -d${DURATION}s --latency $url -- $*"
+	wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s bench/webhook.lua "$url" -- "$@" | tee "$out"
+	t1=$(now) c1=$(cpu_ticks "$pid") s1=$(sys_ticks)
+	[ -z "$DOWN_PID" ] || d1=$(cpu_ticks "$DOWN_PID")
+	children_cpu
+	w1=$CHILD_CPU
+
+	# CPU in % of one core. other = the machine's busy time (all cores, less
+	# steal) not accounted to the server, the downstream or wrk: kernel
+	# interrupt work for loopback traffic, and any other process running.
+	local wall cpu downcpu wrkcpu busy other steal
+	wall=$(calc "$t1 - $t0" 3)
+	cpu=$(calc "($c1 - $c0) / $CLK_TCK / $wall * 100")
+	downcpu=$(calc "($d1 - $d0) / $CLK_TCK / $wall * 100")
+	wrkcpu=$(calc "($w1 - $w0) / $wall * 100")
+	read -r busy steal < <(echo "$s0 $s1" | awk -v n="$(nproc)" '{
+		all = $4 - $1; printf "%.1f %.0f\n", n * 100 * (all - ($5 - $2) - ($6 - $3)) / all, n * 100 * ($6 - $3) / all }')
+	other=$(calc "$busy - $cpu - $downcpu - $wrkcpu")
+
+	# wrk's done() line: requests= duration_us= p50_us= ... timeout=
+	local requests duration_us p50_us p90_us p99_us max_us non2xx3xx connect read write timeout
+	eval "$(awk '/^BENCH / { for (i = 2; i <= NF; i++) print "local " $i }' "$out")"
+	while read -r _ tid sent; do SENT[${tid#tid=}]=${sent#sent=}; done < <(grep '^BENCH_THREAD' "$out")
+	local rps ratio="-" fwd="-" outbox="-" perreceipt="-" decisions="-" rss
+	rps=$(calc "$requests / ($duration_us / 1e6)")
+	rss=$(calc "$(rss_kb "$pid") / 1024")
+	if [ "$name" = ceiling ]; then
+		CEILING_RPS=$rps
+	else
+		read -ra after <<<"$(counters)"
+		[ "$CEILING_RPS" = 0 ] || ratio=$(calc "$rps / $CEILING_RPS" 2)
+		fwd=$(calc "(${after[5]} - ${before[5]}) / $wall")
+		outbox=$(metric webhookd_outbox_pending 'source="bench"')
+		perreceipt=$(calc "$(disk_bytes "$WORK/data") / (${after[0]} + ${after[2]})")
+		decisions="acc $((after[0] - before[0])) dup $((after[1] - before[1])) stale $((after[2] - before[2]))"
+		decisions+=" confl $((after[3] - before[3])) rej $((after[4] - before[4]))"
+	fi
+	ROWS+=("$name|$rps|$(calc "$p50_us / 1000" 2)|$(calc "$p90_us / 1000" 2)|$(calc "$p99_us / 1000" 2)|$(calc "$max_us / 1000")|$ratio|$fwd|$outbox|$rss|$perreceipt|$cpu|$downcpu|$wrkcpu|$other|$steal|$non2xx3xx / $((connect + read + write + timeout))|$decisions")
+}
+
+say "machine: $(nproc) cores, $(awk '/^model name/ { sub(/.*: /, ""); print; exit }' /proc/cpuinfo), $(awk '/^MemTotal:/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, kernel $(uname -r), $(go version | cut -d' ' -f3), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+say "work dir: $WORK; webhookd binary sha256 $(sha256sum "$WORK/bin/webhookd" | cut -c1-12)"
+
+# 1. The ceiling first, alone on the machine: a bare Fiber endpoint.
+"$WORK/bin/ceiling" -listen "$HOST:$CEILING_PORT" >"$WORK/ceiling.log" 2>&1 &
+CEILING_PID=$! PIDS+=("$CEILING_PID")
+wait_up "http://$HOST:$CEILING_PORT/"
+phase ceiling "$CEILING_PID" "$CEILING_URL" ceiling
+kill -TERM "$CEILING_PID"
+
+# 2. The downstream and webhookd on a fresh data directory.
+"$WORK/bin/downstream" -listen "$HOST:$DOWN_PORT" >"$WORK/downstream.log" 2>&1 &
+DOWN_PID=$! PIDS+=("$DOWN_PID")
+wait_up "$COUNT_URL"
+
+ADMIN_TOKEN=bench-$RANDOM$RANDOM
+rm -rf "$WORK/data"
+cat >"$WORK/webhookd.yaml" <<EOF
+# Written by bench/run.sh.
+listen: "$HOST:$HOOK_PORT"
+data_dir: $WORK/data
+receipt_ttl: 168h
+max_body: 1048576
+shutdown_timeout: 5s
+log: { level: warn, format: json }
+admin:
+  listen: "$HOST:$ADMIN_PORT"
+  token: "$ADMIN_TOKEN"
+sources:
+  - name: bench
+    request_id: json:request_id
+    delivery_id: header:X-Delivery-Id
+    resource: json:data.id
+    version: json:data.version
+    version_format: integer
+    fingerprint_exclude: [sent_at]
+    forward:
+      url: http://$HOST:$DOWN_PORT/bench
+      timeout: 10s
+      concurrency: $FORWARD_CONCURRENCY
+      max_attempts: 12
+      backoff: { initial: 1s, max: 1m }
+EOF
+"$WORK/bin/webhookd" serve --config "$WORK/webhookd.yaml" >"$WORK/webhookd.log" 2>&1 &
+HOOKD_PID=$! PIDS+=("$HOOKD_PID")
+wait_up "http://$HOST:$HOOK_PORT/readyz"
+echo; say "webhookd pid $HOOKD_PID, config $WORK/webhookd.yaml, RSS at start $(calc "$(rss_kb "$HOOKD_PID") / 1024") MiB"
+
+phase accept "$HOOKD_PID" "$HOOK_URL" accept
+ACCEPT_RPS=$(echo "${ROWS[-1]}" | cut -d'|' -f2)
+phase dup "$HOOKD_PID" "$HOOK_URL" dup "${SENT[1]}" "${SENT[2]}"
+phase mixed "$HOOKD_PID" "$HOOK_URL" mixed
+
+# 3. Drain: how long the outbox takes to empty once intake stops.
+drain() {
+	local c pending d0 d1 drained
+	read -ra c <<<"$(counters)"
+	pending=$(metric webhookd_outbox_pending 'source="bench"')
+	d0=$(now) drained=${c[5]}
+	section "drain: $pending entries pending; waiting up to ${DRAIN_TIMEOUT}s"
+	while [ "$pending" -gt 0 ] && [ "$(calc "$(now) - $d0 < $DRAIN_TIMEOUT")" = 1 ]; do
+		sleep 0.5
+		scrape
+		pending=$(metric webhookd_outbox_pending 'source="bench"')
+	done
+	d1=$(now)
+	read -ra c <<<"$(counters)"
+	say "drain: $((c[5] - drained)) forwarded in $(calc "$d1 - $d0" 1)s ($(calc "(${c[5]} - $drained) / ($d1 - $d0)")/s); outbox pending now $pending"
+	if [ "$pending" -gt 0 ]; then
+		say "OUTBOX DID NOT DRAIN within ${DRAIN_TIMEOUT}s; first entries:"
+		curl -s -H "Authorization: Bearer $ADMIN_TOKEN" "http://$HOST:$ADMIN_PORT/admin/outbox?source=bench" | head -c 2000
+		echo
+	fi
+	say "totals: accepted ${c[0]}, duplicate ${c[1]}, stale ${c[2]}, conflict ${c[3]}, rejected ${c[4]};" \
+		"forwards delivered ${c[5]}, retried ${c[6]}, dead ${c[7]}; downstream $(curl -s "$COUNT_URL")"
+}
+drain
+disk_report() {
+	local c
+	read -ra c <<<"$(counters)"
+	say "disk: $(disk_bytes "$WORK/data") bytes in $WORK/data (du), Badger lsm $(metric webhookd_badger_lsm_bytes) + vlog $(metric webhookd_badger_vlog_bytes) bytes;" \
+		"$(calc "$(disk_bytes "$WORK/data") / (${c[0]} + ${c[2]})") bytes per receipt (accepted + stale)"
+}
+disk_report
+say "webhookd: $(rss_detail "$HOOKD_PID")(Go heap in use $(calc "$(metric go_memstats_heap_inuse_bytes) / 1048576") MiB)," \
+	"CPU $(calc "$(cpu_ticks "$HOOKD_PID") / $CLK_TCK" 1) s in all; downstream CPU $(calc "$(cpu_ticks "$DOWN_PID") / $CLK_TCK" 1) s;" \
+	"webhookd log (warn and above): $(wc -l <"$WORK/webhookd.log") lines"
+grep -v '^webhookd: ' "$WORK/webhookd.log" | head -5 || true
+
+# 4. The table.
+section "results: wrk -t$THREADS -c$CONNS -d${DURATION}s per phase, 1024-byte bodies, forward.concurrency $FORWARD_CONCURRENCY, 127.0.0.1, $(nproc) cores shared by wrk and the servers"
+say "vs ceiling = req/s / ceiling req/s; RSS = the server's VmRSS right after the phase"
+say "CPU columns: % of one core over the phase (utime+stime from /proc); other = busy machine time not in the three processes (kernel, other processes); steal = taken by the hypervisor"
+say "fwd/s = forwards delivered during the phase / phase time; outbox = pending right after the phase; B/receipt = du of the data dir / (accepted + stale) so far"
+{
+	echo "phase|req/s|p50 ms|p90 ms|p99 ms|max ms|vs ceiling|fwd/s|outbox|RSS MiB|B/receipt|CPU server|CPU downstr|CPU wrk|CPU other|steal|non-2xx / sock err|decisions"
+	printf '%s\n' "${ROWS[@]:1}" "${ROWS[0]}"
+} | column -t -s'|' -o' | '
+
+# 5. Soak (optional): half the accept phase's rate, RSS every 10 s.
+if [ "$SOAK_MIN" != 0 ]; then
+	rate=$(calc "$ACCEPT_RPS / 2")
+	section "soak: ${SOAK_MIN} min at $rate req/s (half the accept phase), $CONNS connections, RSS every 10 s"
+	children_cpu
+	soak_w0=$CHILD_CPU soak_c0=$(cpu_ticks "$HOOKD_PID") soak_t0=$(now)
+	"$WORK/bin/loadgen" -url "$HOOK_URL" -rate "$rate" -duration "${SOAK_MIN}m" -conns "$CONNS" -prefix "soak$RANDOM" >"$WORK/loadgen.txt" 2>&1 &
+	LOADGEN_PID=$! PIDS+=("$LOADGEN_PID")
+	samples=() anon=()
+	while kill -0 "$LOADGEN_PID" 2>/dev/null; do
+		sleep 10
+		kill -0 "$LOADGEN_PID" 2>/dev/null || break
+		samples+=("$(rss_kb "$HOOKD_PID")")
+		anon+=("$(awk '/^RssAnon:/ { print $2 }' "/proc/$HOOKD_PID/status")")
+		scrape
+		say "  t=$((${#samples[@]} * 10))s $(rss_detail "$HOOKD_PID")Go heap alloc $(calc "$(metric go_memstats_heap_alloc_bytes) / 1048576") MiB," \
+			"outbox $(metric webhookd_outbox_pending 'source="bench"'), accepted $(decided accepted)"
+	done
+	soak_c1=$(cpu_ticks "$HOOKD_PID")
+	wait "$LOADGEN_PID" || true
+	children_cpu
+	soak_wall=$(calc "$(now) - $soak_t0" 3)
+	cat "$WORK/loadgen.txt"
+	say "soak CPU, % of one core: webhookd $(calc "($soak_c1 - $soak_c0) / $CLK_TCK / $soak_wall * 100")," \
+		"loadgen $(calc "($CHILD_CPU - $soak_w0) / $soak_wall * 100") (behind = requests the schedule had to hold back while a second's worth was already queued)"
+	if [ "${#samples[@]}" -lt 2 ]; then
+		say "soak: too short for a verdict (fewer than two samples)"
+	else
+		first=${samples[0]} max=$(printf '%s\n' "${samples[@]}" | sort -n | tail -1)
+		growth=$(calc "($max - $first) * 100 / $first" 1)
+		verdict=$([ "$(calc "$max <= $first * 1.10")" = 1 ] && echo "STABLE (within 10 %)" || echo "GREW MORE THAN 10 %")
+		say "soak: RSS first sample $(calc "$first / 1024") MiB, max $(calc "$max / 1024") MiB, last $(calc "${samples[-1]} / 1024") MiB: +$growth % -> $verdict"
+		amax=$(printf '%s\n' "${anon[@]}" | sort -n | tail -1)
+		say "soak: of which RssAnon (heap) first $(calc "${anon[0]} / 1024") MiB, max $(calc "$amax / 1024") MiB, last $(calc "${anon[-1]} / 1024") MiB;" \
+			"the rest is RssFile (Badger's memory-mapped files)"
+	fi
+	drain
+	disk_report
+fi
+
+echo
+say "work dir kept for inspection: $WORK ($(du -sh "$WORK" | cut -f1)); remove it when done"
