@@ -31,15 +31,11 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "webhookd",
-		Short:         "Webhook receiver gateway: deduplicates on the business request ID, refuses stale versions, forwards at least once",
-		SilenceUsage:  true,
-		SilenceErrors: false,
+		Use:          "webhookd",
+		Short:        "Webhook receiver gateway: deduplicates on the business request ID, refuses stale versions, forwards at least once",
+		SilenceUsage: true,
 	}
-	root.AddCommand(newServeCommand())
-	root.AddCommand(newReplayCommand(), newSinkCommand())
-	root.AddCommand(newConfigCommand())
-	root.AddCommand(newHealthCommand())
+	root.AddCommand(newServeCommand(), newConfigCommand(), newHealthCommand(), newReplayCommand(), newSinkCommand())
 	return root
 }
 
