@@ -22,9 +22,6 @@ const (
 	Conflict Decision = "conflict"
 )
 
-// Decisions lists every decision, in the order the README's table shows them.
-func Decisions() []Decision { return []Decision{Accepted, Duplicate, Stale, Conflict} }
-
 // Delivery is one incoming webhook, parsed and validated by the gateway.
 //
 // Body and Headers are read only during Store.Decide; the caller may reuse

@@ -18,9 +18,6 @@ const (
 	Timestamp Format = "timestamp"
 )
 
-// Formats lists the valid formats.
-func Formats() []Format { return []Format{Integer, Timestamp} }
-
 // ErrInvalid is wrapped by every Parse error.
 var ErrInvalid = errors.New("invalid version")
 
