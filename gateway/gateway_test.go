@@ -331,6 +331,17 @@ func TestStorageUnavailableIs503(t *testing.T) {
 	}
 }
 
+func TestNotReadyWhileShuttingDown(t *testing.T) {
+	f := newFixture(t, nil)
+	if r := f.do(httptest.NewRequest(http.MethodGet, "/readyz", nil)); r.status != 200 {
+		t.Fatalf("readyz before shutdown: %d", r.status)
+	}
+	f.server.Shutdown(context.Background())
+	if r := f.do(httptest.NewRequest(http.MethodGet, "/readyz", nil)); r.status != 503 {
+		t.Errorf("readyz during shutdown: %d, want 503", r.status)
+	}
+}
+
 // panicky is a Decider that fails the way a bug would.
 type panicky struct{ Decider }
 
