@@ -350,24 +350,23 @@ func (f *Forwarder) work(j job) {
 func (f *Forwarder) do(j job, release func()) settled {
 	s := settled{job: j}
 	now := f.now()
-	if j.supersede {
-		release()
-		for _, e := range j.entries {
-			r := Result{State: webhookd.ForwardSuperseded, Attempts: e.Attempts, At: now}
-			if err := f.outbox.Settle(f.ctx, e, r); err != nil {
-				f.Logger.Error("settle superseded entry", zap.String("request_id", e.RequestID), zap.Error(err))
-				s.keep = true
-				return s
-			}
-		}
-		return s
-	}
 	e := j.entries[0]
-	// Try again after a pause rather than spin on a failing store.
+	// Try the lane again after a pause rather than spin on a failing store.
+	// Entries already settled are skipped then: settling is idempotent.
 	storeFailed := func(what string, err error) settled {
 		f.Logger.Error(what, zap.String("request_id", e.RequestID), zap.Error(err))
 		e.NextAttemptAt = now.Add(max(j.route.Policy.Initial, time.Second))
 		s.retry = &e
+		return s
+	}
+	if j.supersede {
+		release()
+		for _, old := range j.entries {
+			r := Result{State: webhookd.ForwardSuperseded, Attempts: old.Attempts, At: now}
+			if err := f.outbox.Settle(f.ctx, old, r); err != nil {
+				return storeFailed("settle superseded entry", err)
+			}
+		}
 		return s
 	}
 	var r Result
