@@ -150,7 +150,8 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 		status = src.Status(out.Decision)
 		s.Metrics.Decided(label, out.Decision)
 	}
-	s.Metrics.Answered(label, time.Since(start))
+	took := time.Since(start)
+	s.Metrics.Answered(label, took)
 	s.logger.Info("delivery",
 		zap.String("source", name),
 		zap.String("request_id", d.RequestID),
@@ -159,10 +160,10 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 		zap.String("version", d.Version),
 		zap.String("decision", decision),
 		zap.Int("status", status),
-		zap.Duration("latency", time.Since(start)),
+		zap.Duration("latency", took),
 		zap.NamedError("reason", err),
 	)
-	s.record(c, name, start, status, decision)
+	s.record(c, name, known, start, status, decision)
 	if err != nil {
 		return err
 	}
@@ -179,12 +180,13 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 }
 
 // record hands a copy of the request and its answer to the source's
-// recorder, or to the one for unknown sources.
-func (s *Server) record(c *fiber.Ctx, source string, at time.Time, status int, decision string) {
-	rec, ok := s.Recorders[source]
-	if _, known := s.sources[source]; !known {
-		rec, ok = s.Recorders[""]
+// recorder, or to the one for unknown sources (key "").
+func (s *Server) record(c *fiber.Ctx, source string, known bool, at time.Time, status int, decision string) {
+	key := ""
+	if known {
+		key = source
 	}
+	rec, ok := s.Recorders[key]
 	if !ok {
 		return
 	}
