@@ -61,6 +61,9 @@ func (s *Store) stageDecision(t *tx, d webhookd.Delivery) (webhookd.Outcome, err
 		dup := dedupe.Classify(&held, d.Fingerprint)
 		decision := decide(dup, "")
 		held.Record(dedupe.Delivery{DeliveryID: d.DeliveryID, ReceivedAt: d.ReceivedAt, Decision: decision})
+		if err := t.foldForward(&held); err != nil {
+			return webhookd.Outcome{}, err
+		}
 		// A provider still retrying must still be recognised: the TTL runs from the last delivery.
 		if err := t.set(rkey, &held, expiresAt); err != nil {
 			return webhookd.Outcome{}, err
@@ -185,10 +188,23 @@ func expiry(t time.Time, ttl time.Duration) uint64 {
 	return uint64(secs)
 }
 
-// Receipt returns the receipt of one request ID.
+// Receipt returns the receipt of one request ID, with its current forward
+// status.
 func (s *Store) Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error) {
 	var r dedupe.Receipt
-	if err := s.getOne(receiptKey(source, requestID), &r); err != nil {
+	err := s.view(func(txn *badger.Txn) error {
+		t := &tx{txn: txn}
+		found, _, err := t.get(receiptKey(source, requestID), &r)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return webhookd.Errorf(webhookd.ENOTFOUND, "not found")
+		}
+		_, err = t.forwardStatus(&r)
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("receipt %s/%s: %w", source, requestID, err)
 	}
 	return &r, nil
@@ -214,4 +230,26 @@ func (s *Store) getOne(key []byte, v any) error {
 		}
 		return nil
 	})
+}
+
+// forwardStatus sets r.Forward to the request's current forward status: the
+// forward key when the status changed after the decision, else the
+// receipt's own. found reports whether the forward key was there.
+func (t *tx) forwardStatus(r *dedupe.Receipt) (found bool, err error) {
+	var f webhookd.ForwardStatus
+	if found, _, err = t.get(forwardKey(r.Source, r.RequestID), &f); found {
+		r.Forward = f
+	}
+	return found, err
+}
+
+// foldForward moves the forward key's status into r, which the caller is
+// about to write: the key would otherwise expire before the receipt whose
+// TTL a redelivery extends.
+func (t *tx) foldForward(r *dedupe.Receipt) error {
+	found, err := t.forwardStatus(r)
+	if found {
+		t.delete(forwardKey(r.Source, r.RequestID))
+	}
+	return err
 }

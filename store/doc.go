@@ -23,4 +23,11 @@
 //	o<seq:8 bytes big-endian>  outbox entry (forward.Entry, encoded), until forwarded
 //	d<source>\x00<request_id>  dead letter (forward.Entry, encoded), until retried or discarded
 //	p<source>\x00<request_id>  accepted payload of a forwarding source, for redelivery; expires after receipt_ttl
+//	f<source>\x00<request_id>  forward status (webhookd.ForwardStatus, JSON) once it changed after the
+//	                           decision; it overrides the receipt's and expires with it
+//
+// The forward status lives beside the receipt, not in it, because it changes
+// once per forward attempt: settling an attempt then writes a few bytes
+// instead of decoding and rewriting the whole receipt. A redelivery, which
+// rewrites the receipt anyway, folds the status back into it.
 package store

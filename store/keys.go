@@ -8,6 +8,7 @@ const (
 	prefixOutbox  = 'o'
 	prefixDead    = 'd'
 	prefixPayload = 'p'
+	prefixForward = 'f'
 )
 
 func pairKey(prefix byte, a, b string) []byte {
@@ -22,6 +23,7 @@ func receiptKey(source, requestID string) []byte { return pairKey(prefixReceipt,
 func latestKey(source, resource string) []byte   { return pairKey(prefixLatest, source, resource) }
 func deadKey(source, requestID string) []byte    { return pairKey(prefixDead, source, requestID) }
 func payloadKey(source, requestID string) []byte { return pairKey(prefixPayload, source, requestID) }
+func forwardKey(source, requestID string) []byte { return pairKey(prefixForward, source, requestID) }
 
 // sourcePrefix is the key prefix of one source's keys under prefix, or of
 // every source's when source is "".

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -46,17 +47,17 @@ func (t *tx) getEntry(key []byte, withBody bool) (e forward.Entry, found bool, e
 func (s *Store) Notify() <-chan struct{} { return s.notify }
 
 // Pending returns up to limit outbox entries after position after, in
-// outbox order, without their bodies.
+// outbox order, with their bodies.
 func (s *Store) Pending(ctx context.Context, after uint64, limit int) ([]forward.Entry, error) {
 	var entries []forward.Entry
-	err := s.scan(outboxKey(after+1), []byte{prefixOutbox}, limit, &entries)
+	err := s.scan(outboxKey(after+1), []byte{prefixOutbox}, limit, true, &entries)
 	return entries, err
 }
 
 // Outbox returns the pending entries of source ("" for all), without bodies.
 func (s *Store) Outbox(ctx context.Context, source string) ([]forward.Entry, error) {
 	var entries []forward.Entry
-	if err := s.scan([]byte{prefixOutbox}, []byte{prefixOutbox}, 0, &entries); err != nil {
+	if err := s.scan([]byte{prefixOutbox}, []byte{prefixOutbox}, 0, false, &entries); err != nil {
 		return nil, err
 	}
 	return filterSource(entries, source), nil
@@ -66,7 +67,7 @@ func (s *Store) Outbox(ctx context.Context, source string) ([]forward.Entry, err
 func (s *Store) DeadLetters(ctx context.Context, source string) ([]forward.Entry, error) {
 	var entries []forward.Entry
 	p := sourcePrefix(prefixDead, source)
-	err := s.scan(p, p, 0, &entries)
+	err := s.scan(p, p, 0, false, &entries)
 	return entries, err
 }
 
@@ -84,13 +85,13 @@ func filterSource(entries []forward.Entry, source string) []forward.Entry {
 }
 
 // scan decodes entries from start while keys have prefix; limit 0 is all.
-func (s *Store) scan(start, prefix []byte, limit int, out *[]forward.Entry) error {
+func (s *Store) scan(start, prefix []byte, limit int, withBody bool, out *[]forward.Entry) error {
 	return s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
 		t := &tx{txn: txn}
 		for it.Seek(start); it.Valid(); it.Next() {
-			e, _, err := t.getEntry(it.Item().KeyCopy(nil), false)
+			e, _, err := t.getEntry(it.Item().KeyCopy(nil), withBody)
 			if err != nil {
 				return err
 			}
@@ -119,40 +120,43 @@ func (s *Store) Entry(ctx context.Context, seq uint64) (forward.Entry, error) {
 
 // Settle records what became of forwarding e: the outbox entry is removed
 // (delivered, superseded), rescheduled (retrying) or moved to the dead
-// letters (dead), and the receipt's forward status says so, in one
-// transaction. Settling an entry that is gone already does nothing.
+// letters (dead), and the forward status says so, in one transaction.
+// Settling an entry that is gone already does nothing.
 func (s *Store) Settle(ctx context.Context, e forward.Entry, r forward.Result) error {
 	err := s.update(func(t *tx) error {
 		key := outboxKey(e.Seq)
-		cur, found, err := t.getEntry(key, true)
-		if err != nil || !found {
-			return err
-		}
-		cur.Attempts, cur.LastStatus, cur.LastError = r.Attempts, r.Status, r.Error
+		status := webhookd.ForwardStatus{State: r.State, Attempts: r.Attempts, LastStatus: r.Status, LastError: r.Error}
 		switch r.State {
-		case webhookd.ForwardRetrying:
-			cur.NextAttemptAt = r.NextAttemptAt
-			if err := t.setEntry(key, &cur); err != nil {
+		case webhookd.ForwardRetrying, webhookd.ForwardDead:
+			// The entry is rewritten, so it is read whole; the common
+			// outcomes below only delete it.
+			cur, found, err := t.getEntry(key, true)
+			if err != nil || !found {
 				return err
 			}
-		case webhookd.ForwardDead:
+			cur.Attempts, cur.LastStatus, cur.LastError = r.Attempts, r.Status, r.Error
+			if r.State == webhookd.ForwardRetrying {
+				cur.NextAttemptAt, status.NextAttemptAt = r.NextAttemptAt, &r.NextAttemptAt
+				if err := t.setEntry(key, &cur); err != nil {
+					return err
+				}
+				break
+			}
 			t.delete(key)
 			cur.DeadAt = &r.At
 			if err := t.setEntry(deadKey(cur.Source, cur.RequestID), &cur); err != nil {
 				return err
 			}
 		default:
-			t.delete(key)
-		}
-		return t.updateForward(cur.Source, cur.RequestID, func(f *webhookd.ForwardStatus) {
-			*f = webhookd.ForwardStatus{State: r.State, Attempts: r.Attempts, LastStatus: r.Status, LastError: r.Error}
-			switch r.State {
-			case webhookd.ForwardRetrying:
-				f.NextAttemptAt = &r.NextAttemptAt
-			case webhookd.ForwardDelivered:
-				f.DeliveredAt = &r.At
+			if found, err := t.exists(key); err != nil || !found {
+				return err
 			}
-		})
+			t.delete(key)
+			if r.State == webhookd.ForwardDelivered {
+				status.DeliveredAt = &r.At
+			}
+		}
+		return t.setForward(e.Source, e.RequestID, status)
 	})
 	if err != nil {
 		return fmt.Errorf("settle %s/%s: %w", e.Source, e.RequestID, err)
@@ -169,17 +173,17 @@ func (t *tx) setEntry(key []byte, e *forward.Entry) error {
 	return nil
 }
 
-// updateForward rewrites the receipt's forward status, keeping its expiry.
-// A receipt that has expired meanwhile stays gone.
-func (t *tx) updateForward(source, requestID string, fn func(*webhookd.ForwardStatus)) error {
-	key := receiptKey(source, requestID)
-	var r dedupe.Receipt
-	found, expiresAt, err := t.get(key, &r)
-	if err != nil || !found {
-		return err
+// setForward writes the request's forward status to expire with its
+// receipt. A receipt that has expired meanwhile stays gone, status and all.
+func (t *tx) setForward(source, requestID string, status webhookd.ForwardStatus) error {
+	item, err := t.txn.Get(receiptKey(source, requestID))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
 	}
-	fn(&r.Forward)
-	return t.set(key, &r, expiresAt)
+	if err != nil {
+		return unavailable(err)
+	}
+	return t.set(forwardKey(source, requestID), &status, item.ExpiresAt())
 }
 
 // RetryDeadLetter puts a dead letter back into the outbox with its attempts
@@ -219,9 +223,12 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string)
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
 		}
 		t.delete(key)
-		return t.updateForward(source, requestID, func(f *webhookd.ForwardStatus) {
-			f.State, f.NextAttemptAt = webhookd.ForwardDiscarded, nil
-		})
+		r := dedupe.Receipt{Source: source, RequestID: requestID}
+		if _, err := t.forwardStatus(&r); err != nil {
+			return err
+		}
+		r.Forward.State, r.Forward.NextAttemptAt = webhookd.ForwardDiscarded, nil
+		return t.setForward(source, requestID, r.Forward)
 	})
 	if err != nil {
 		return fmt.Errorf("discard dead letter: %w", err)
@@ -239,9 +246,13 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case !found:
+		if !found {
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no receipt for %s/%s", source, requestID)
+		}
+		if _, err := t.forwardStatus(&r); err != nil {
+			return err
+		}
+		switch {
 		case r.Decision != webhookd.Accepted:
 			return webhookd.Errorf(webhookd.ECONFLICT, "request was decided %s, not accepted: there is nothing to redeliver", r.Decision)
 		case r.Forward.State == webhookd.ForwardPending || r.Forward.State == webhookd.ForwardRetrying:
@@ -292,9 +303,7 @@ func (t *tx) requeue(e *forward.Entry, now time.Time) error {
 	if _, err := t.enqueue(e); err != nil {
 		return err
 	}
-	return t.updateForward(e.Source, e.RequestID, func(f *webhookd.ForwardStatus) {
-		*f = webhookd.ForwardStatus{State: webhookd.ForwardPending}
-	})
+	return t.setForward(e.Source, e.RequestID, webhookd.ForwardStatus{State: webhookd.ForwardPending})
 }
 
 // DeadLetterCounts returns how many dead letters each source has. It reads

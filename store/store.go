@@ -311,6 +311,18 @@ func (t *tx) get(key []byte, v any) (found bool, expiresAt uint64, err error) {
 	return true, item.ExpiresAt(), nil
 }
 
+// exists reports whether key is present and unexpired, without reading its value.
+func (t *tx) exists(key []byte) (bool, error) {
+	_, err := t.txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, unavailable(err)
+	}
+	return true, nil
+}
+
 // getRaw returns a copy of the value at key, or nil when it is absent.
 func (t *tx) getRaw(key []byte) ([]byte, error) {
 	item, err := t.txn.Get(key)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd"
@@ -382,3 +383,61 @@ func outbox(t *testing.T, s *Store) []forward.Entry {
 }
 
 func countOutbox(t *testing.T, s *Store) int { return len(outbox(t, s)) }
+
+func TestForwardStatusFollowsTheReceipt(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	mustDecide(t, s, versioned("req-1", "sub_1", 1))
+	if r := receiptOf(t, s, "req-1"); r.Forward.State != webhookd.ForwardPending {
+		t.Fatalf("forward state after the decision: %s, want pending", r.Forward.State)
+	}
+	entries, err := s.Pending(ctx, 0, 10)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("pending: %d entries, %v", len(entries), err)
+	}
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	if err := s.Settle(ctx, entries[0], forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	want := webhookd.ForwardStatus{State: webhookd.ForwardDelivered, Attempts: 1, LastStatus: 200, DeliveredAt: &at}
+	assertForward := func(when string) {
+		t.Helper()
+		got := receiptOf(t, s, "req-1").Forward
+		if got.State != want.State || got.Attempts != want.Attempts || got.LastStatus != want.LastStatus ||
+			got.DeliveredAt == nil || !got.DeliveredAt.Equal(at) {
+			t.Errorf("forward status %s: %+v, want %+v", when, got, want)
+		}
+	}
+	assertForward("after settling")
+	// Settling again (a retried job) changes nothing.
+	if err := s.Settle(ctx, entries[0], forward.Result{State: webhookd.ForwardSuperseded, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	assertForward("after settling a settled entry")
+
+	// A redelivery folds the status into the receipt it rewrites, so the
+	// status lives as long as the receipt.
+	d := versioned("req-1", "sub_1", 1)
+	d.DeliveryID = "d-again"
+	if out := mustDecide(t, s, d); out.Decision != webhookd.Duplicate {
+		t.Fatalf("redelivery: %s", out.Decision)
+	}
+	assertForward("after a redelivery")
+	if err := s.view(func(txn *badger.Txn) error {
+		found, err := (&tx{txn: txn}).exists(forwardKey("billing", "req-1"))
+		if found {
+			t.Error("the forward key outlived the redelivery that folded it")
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func receiptOf(t *testing.T, s *Store, requestID string) *dedupe.Receipt {
+	t.Helper()
+	r, err := s.Receipt(ctx, "billing", requestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
