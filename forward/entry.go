@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -25,7 +26,7 @@ type Entry struct {
 	LastStatus    int               `json:"last_status,omitempty"`
 	LastError     string            `json:"last_error,omitempty"`
 	DeadAt        *time.Time        `json:"dead_at,omitempty"`
-	Body          []byte            `json:"-"`
+	Body          []byte            `json:"-"` // nil when not read; an empty body is empty, not nil
 }
 
 // Encode stores the body as raw bytes after the JSON metadata, so that the
@@ -53,7 +54,7 @@ func (e *Entry) Decode(b []byte, withBody bool) error {
 		return fmt.Errorf("decode entry: %w", err)
 	}
 	if withBody {
-		e.Body = append([]byte(nil), b[size+int(n):]...)
+		e.Body = bytes.Clone(b[size+int(n):]) // not nil, even when empty
 	}
 	return nil
 }

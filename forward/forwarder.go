@@ -21,9 +21,9 @@ import (
 
 // Outbox is what the forwarder needs of the store.
 type Outbox interface {
-	// Pending returns entries after position after, in outbox order, without bodies.
+	// Pending returns entries after position after, in outbox order, with bodies.
 	Pending(ctx context.Context, after uint64, limit int) ([]Entry, error)
-	// Entry returns one entry with its body.
+	// Entry returns one entry with its body, for an entry held without it.
 	Entry(ctx context.Context, seq uint64) (Entry, error)
 	// Settle records what became of an entry, with its receipt, atomically.
 	Settle(ctx context.Context, e Entry, r Result) error
@@ -61,6 +61,12 @@ const DefaultPollInterval = time.Second
 // loadBatch is how many entries one outbox read takes.
 const loadBatch = 1024
 
+// defaultBodyBudget bounds the bytes of bodies the scheduler keeps from
+// loading the outbox. Bodies within it are sent without reading the entry
+// again, which is the common case when forwarding keeps up; past it (a
+// backlog), entries are held without their bodies and read back when they go.
+const defaultBodyBudget = 32 << 20
+
 // Forwarder delivers outbox entries downstream, at least once.
 //
 // One scheduler goroutine owns all scheduling state. Entries of one
@@ -80,18 +86,20 @@ type Forwarder struct {
 	now    func() time.Time
 	jitter func() float64
 
-	after    uint64 // highest outbox position loaded
-	jobs     int    // jobs started and not yet settled; owned by run
-	released chan *route
-	pendMu   sync.Mutex
-	pending  map[string]int // entries held, by source; read by Pending
-	results  chan settled
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
-	ctx      context.Context // aborts in-flight requests when shutdown runs out of time
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	after      uint64 // highest outbox position loaded
+	jobs       int    // jobs started and not yet settled; owned by run
+	bodies     int    // bytes of bodies held, against bodyBudget; owned by run
+	bodyBudget int
+	released   chan *route
+	pendMu     sync.Mutex
+	pending    map[string]int // entries held, by source; read by Pending
+	results    chan settled
+	stop       chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
+	ctx        context.Context // aborts in-flight requests when shutdown runs out of time
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 // New returns a forwarder for the sources in routes. Entries of a source
@@ -106,6 +114,7 @@ func New(outbox Outbox, routes map[string]Route, logger *zap.Logger) *Forwarder 
 		routes:       make(map[string]*route, len(routes)),
 		now:          time.Now,
 		jitter:       rand.Float64,
+		bodyBudget:   defaultBodyBudget,
 		results:      make(chan settled),
 		released:     make(chan *route),
 		stop:         make(chan struct{}),
@@ -274,6 +283,10 @@ func (f *Forwarder) enqueue(e Entry) {
 		l = &lane{key: key}
 		r.lanes[key] = l
 	}
+	if f.bodies+len(e.Body) > f.bodyBudget {
+		e.Body = nil
+	}
+	f.bodies += len(e.Body)
 	l.entries = append(l.entries, e)
 	f.addPending(e.Source, 1)
 	if len(l.entries) == 1 && !l.busy {
@@ -319,6 +332,9 @@ func (f *Forwarder) settle(s settled) {
 	case s.retry != nil:
 		l.entries[0] = *s.retry
 	default:
+		for _, e := range l.entries[:len(s.entries)] {
+			f.bodies -= len(e.Body)
+		}
 		l.entries = l.entries[len(s.entries):]
 		f.addPending(r.name, -len(s.entries))
 	}
@@ -373,15 +389,19 @@ func (f *Forwarder) do(j job, release func()) settled {
 	if j.route.orphan {
 		r = Result{State: webhookd.ForwardDead, Attempts: e.Attempts, Error: fmt.Sprintf("source %q has no forward configuration", e.Source), At: now}
 	} else {
-		full, err := f.outbox.Entry(f.ctx, e.Seq)
-		switch {
-		case f.ctx.Err() != nil:
-			s.keep = true
-			return s
-		case webhookd.ErrorCode(err) == webhookd.ENOTFOUND:
-			return s // settled already: nothing left to send
-		case err != nil:
-			return storeFailed("read outbox entry", err)
+		full := e
+		if full.Body == nil {
+			var err error
+			full, err = f.outbox.Entry(f.ctx, e.Seq)
+			switch {
+			case f.ctx.Err() != nil:
+				s.keep = true
+				return s
+			case webhookd.ErrorCode(err) == webhookd.ENOTFOUND:
+				return s // settled already: nothing left to send
+			case err != nil:
+				return storeFailed("read outbox entry", err)
+			}
 		}
 		var ok bool
 		r, ok = f.attempt(j.route, &full)

@@ -209,6 +209,34 @@ func TestForwardsExactBodyAndHeaders(t *testing.T) {
 	eventually(t, "empty outbox", outboxEmpty(t, s))
 }
 
+// Past its body budget the forwarder holds entries without their bodies and
+// reads each back when it goes; what arrives must not change.
+func TestBacklogPastTheBodyBudgetIsReadBack(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, nil)
+	for i := 1; i <= 10; i++ {
+		accept(t, s, "billing", fmt.Sprint("req-", i), "", i)
+	}
+	f := forward.New(s, map[string]forward.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+	forward.SetBodyBudget(f, 100) // about two of these bodies
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	eventually(t, "all delivered", func() bool { return len(down.delivered()) == 10 })
+	got := make(map[string]string)
+	for _, a := range down.delivered() {
+		got[a.header.Get("Idempotency-Key")] = a.body
+	}
+	for i := 1; i <= 10; i++ {
+		id := fmt.Sprint("req-", i)
+		if want := fmt.Sprintf(`{"id":%q,"object":"","version":%d}`, id, i); got[id] != want {
+			t.Errorf("%s arrived with body %q, want %q", id, got[id], want)
+		}
+	}
+	eventually(t, "empty outbox", outboxEmpty(t, s))
+}
+
 func TestDuplicatesAndStaleAreNeverForwarded(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, nil)
