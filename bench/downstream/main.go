@@ -2,16 +2,19 @@
 // (keep-alive) and counts what webhookd forwards. GET /count answers
 // {"requests": N, "distinct_keys": M}; M < N means some Idempotency-Keys
 // arrived more than once (allowed: forwarding is at least once).
+//
+// It runs on Fiber, like the ceiling, because it shares the machine's
+// cores with webhookd and wrk: a cheaper fixture leaves more of them to
+// the gateway being measured.
 package main
 
 import (
-	"encoding/json"
 	"flag"
-	"io"
 	"log"
-	"net/http"
+	"strings"
 	"sync"
-	"time"
+
+	"github.com/gofiber/fiber/v2"
 )
 
 type counter struct {
@@ -20,31 +23,30 @@ type counter struct {
 	keys     map[string]struct{}
 }
 
-func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
-	key := r.Header.Get("Idempotency-Key")
+func (c *counter) receive(ctx *fiber.Ctx) error {
+	key := ctx.Get("Idempotency-Key")
 	c.mu.Lock()
 	c.requests++
-	c.keys[key] = struct{}{}
+	if _, seen := c.keys[key]; !seen {
+		c.keys[strings.Clone(key)] = struct{}{} // fasthttp reuses the header's buffer
+	}
 	c.mu.Unlock()
-	w.WriteHeader(http.StatusOK)
+	return ctx.SendStatus(fiber.StatusOK)
 }
 
-func (c *counter) count(w http.ResponseWriter, _ *http.Request) {
+func (c *counter) count(ctx *fiber.Ctx) error {
 	c.mu.Lock()
 	n, m := c.requests, len(c.keys)
 	c.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]int64{"requests": n, "distinct_keys": int64(m)})
+	return ctx.JSON(fiber.Map{"requests": n, "distinct_keys": m})
 }
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:18099", "address to listen on")
 	flag.Parse()
 	c := &counter{keys: make(map[string]struct{})}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /count", c.count)
-	mux.Handle("/", c)
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Fatal(srv.ListenAndServe())
+	app := fiber.New(fiber.Config{DisableStartupMessage: true, BodyLimit: 16 << 20})
+	app.Get("/count", c.count)
+	app.Post("/*", c.receive)
+	log.Fatal(app.Listen(*listen))
 }
