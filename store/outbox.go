@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -24,8 +26,47 @@ func (t *tx) enqueue(e *forward.Entry) ([]byte, error) {
 		return nil, err
 	}
 	t.setRaw(outboxKey(e.Seq), b, 0)
-	t.enqueued = true
+	t.added = append(t.added, *e)
 	return b, nil
+}
+
+// maxTail bounds the entries the tail holds for a forwarder that does not
+// keep up or does not run; past it the forwarder reads them from Badger.
+const maxTail = 8192
+
+// tail keeps the outbox entries committed since Open, in outbox order, until
+// the forwarder has loaded them, so that Pending hands them over from
+// memory instead of reading back and decoding what was just written.
+type tail struct {
+	mu      sync.Mutex
+	from    uint64 // every entry committed at or after from is held, or was handed over
+	entries []forward.Entry
+}
+
+func (t *tail) add(entries []forward.Entry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.entries = append(t.entries, entries...)
+	if len(t.entries) > maxTail {
+		t.from = t.entries[len(t.entries)-1].Seq + 1
+		t.entries = nil
+	}
+}
+
+// after returns up to limit entries after position after; ok is false when
+// some of them may not be held and Badger must be read instead.
+func (t *tail) after(after uint64, limit int) (entries []forward.Entry, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := 0
+	for i < len(t.entries) && t.entries[i].Seq <= after {
+		i++
+	}
+	t.entries = t.entries[i:] // handed over already
+	if after+1 < t.from {
+		return nil, false
+	}
+	return slices.Clone(t.entries[:min(limit, len(t.entries))]), true
 }
 
 // getEntry decodes the entry at key; found is false when it is absent.
@@ -49,6 +90,9 @@ func (s *Store) Notify() <-chan struct{} { return s.notify }
 // Pending returns up to limit outbox entries after position after, in
 // outbox order, with their bodies.
 func (s *Store) Pending(ctx context.Context, after uint64, limit int) ([]forward.Entry, error) {
+	if entries, ok := s.tail.after(after, limit); ok {
+		return entries, nil
+	}
 	var entries []forward.Entry
 	err := s.scan(outboxKey(after+1), []byte{prefixOutbox}, limit, true, &entries)
 	return entries, err

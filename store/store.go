@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
 )
 
 // Defaults for Options.
@@ -41,6 +42,7 @@ type Store struct {
 	wg      sync.WaitGroup
 
 	nextSeq uint64 // next outbox position; owned by the writer goroutine
+	tail    tail   // outbox entries committed since Open, for Pending
 
 	memTableSize int64 // Badger's default when 0; tests shrink it to force batch splits
 }
@@ -89,6 +91,7 @@ func (s *Store) Open() error {
 		return fmt.Errorf("read outbox position: %w", err)
 	}
 	s.nextSeq++
+	s.tail.from = s.nextSeq
 	s.ops = make(chan *op, s.MaxBatch)
 	s.wg.Add(2)
 	go s.write()
@@ -202,13 +205,15 @@ func (s *Store) commit(ops []*op) int {
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
 	errs := make([]error, len(ops))
-	enqueued := false
+	var added []forward.Entry
 	for i, o := range ops {
 		t := &tx{txn: txn, seq: &s.nextSeq}
 		err := o.stage(t)
-		enqueued = enqueued || (err == nil && t.enqueued)
 		if err == nil {
 			err = t.flush()
+		}
+		if err == nil {
+			added = append(added, t.added...)
 		}
 		if errors.Is(err, badger.ErrTxnTooBig) {
 			// The transaction now holds part of o's writes: start again
@@ -227,7 +232,8 @@ func (s *Store) commit(ops []*op) int {
 		s.Logger.Error("commit batch", zap.Int("ops", len(ops)), zap.Error(commitErr))
 		commitErr = unavailable(commitErr)
 	}
-	if commitErr == nil && enqueued {
+	if commitErr == nil && len(added) > 0 {
+		s.tail.add(added)
 		select {
 		case s.notify <- struct{}{}:
 		default: // a signal is already waiting, and one is enough
@@ -288,11 +294,11 @@ func (s *Store) lastSeq() (uint64, error) {
 // through (seeing earlier operations' writes), writes wait in the op until
 // it has finished without error.
 type tx struct {
-	txn      *badger.Txn
-	seq      *uint64
-	writes   []*badger.Entry
-	dels     [][]byte
-	enqueued bool // the op added an outbox entry
+	txn    *badger.Txn
+	seq    *uint64
+	writes []*badger.Entry
+	dels   [][]byte
+	added  []forward.Entry // outbox entries the op added
 }
 
 // get decodes the JSON value at key into v. It reports false when the key is

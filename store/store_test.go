@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -440,4 +441,72 @@ func receiptOf(t *testing.T, s *Store, requestID string) *dedupe.Receipt {
 		t.Fatal(err)
 	}
 	return r
+}
+
+func TestTailHandsOverCommittedEntriesOnce(t *testing.T) {
+	seqs := func(es []forward.Entry) []uint64 {
+		var out []uint64
+		for _, e := range es {
+			out = append(out, e.Seq)
+		}
+		return out
+	}
+	tl := &tail{from: 5}
+	tl.add([]forward.Entry{{Seq: 5}, {Seq: 6}, {Seq: 8}}) // 7 failed: a gap
+	steps := []struct {
+		after, limit int
+		want         []uint64
+		ok           bool
+	}{
+		{after: 3, limit: 10, ok: false},                     // 4 may be on disk only
+		{after: 4, limit: 2, want: []uint64{5, 6}, ok: true}, // limit holds
+		{after: 6, limit: 10, want: []uint64{8}, ok: true},   // 5 and 6 were handed over
+		{after: 8, limit: 10, want: nil, ok: true},
+	}
+	for _, st := range steps {
+		got, ok := tl.after(uint64(st.after), st.limit)
+		if ok != st.ok || !slices.Equal(seqs(got), st.want) {
+			t.Errorf("after(%d, %d) = %v, %v; want %v, %v", st.after, st.limit, seqs(got), ok, st.want, st.ok)
+		}
+	}
+	// A consumer that falls behind by more than maxTail is sent to Badger.
+	var many []forward.Entry
+	for i := range maxTail + 1 {
+		many = append(many, forward.Entry{Seq: uint64(9 + i)})
+	}
+	tl.add(many)
+	if _, ok := tl.after(8, 10); ok {
+		t.Error("after overflowing, the tail still claims entries it dropped")
+	}
+	tl.add([]forward.Entry{{Seq: uint64(9 + maxTail + 1)}})
+	if got, ok := tl.after(uint64(9+maxTail), 10); !ok || !slices.Equal(seqs(got), []uint64{uint64(9 + maxTail + 1)}) {
+		t.Errorf("entries after the overflow: %v, %v", seqs(got), ok)
+	}
+}
+
+func TestPendingHandsOverBodiesAndFallsBackToBadger(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	mustDecide(t, s, versioned("req-1", "sub_1", 1))
+	mustDecide(t, s, versioned("req-2", "sub_1", 2))
+	fromTail, err := s.Pending(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overflow := make([]forward.Entry, maxTail+1)
+	for i := range overflow {
+		overflow[i].Seq = uint64(100 + i)
+	}
+	s.tail.add(overflow) // the tail forgets the two entries it held
+	fromDisk, err := s.Pending(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][]forward.Entry{"tail": fromTail, "badger": fromDisk} {
+		if len(got) != 2 || got[0].RequestID != "req-1" || got[1].RequestID != "req-2" || got[0].Seq >= got[1].Seq {
+			t.Fatalf("%s: %+v", name, got)
+		}
+		if want := `{"id":"req-2","v":2}`; string(got[1].Body) != want {
+			t.Errorf("%s: body %q, want %q", name, got[1].Body, want)
+		}
+	}
 }
