@@ -6,7 +6,10 @@
 # Builds webhookd and the helpers (bench/ceiling, bench/downstream,
 # bench/loadgen) into a work directory, starts them on 127.0.0.1 only, runs
 # bounded wrk phases (-t2 -c64 -d SECONDS, 1024-byte JSON bodies from
-# bench/webhook.lua), waits for the outbox to drain and prints a table.
+# bench/webhook.lua): the ceiling, intake alone, accepts with forwarding,
+# duplicates, mixed with stale versions, and a backlog built while the
+# downstream holds requests; then it releases the downstream, times the
+# outbox draining (forwarding alone) and prints a table.
 # Everything it starts is stopped by PID on exit. Environment variables
 # BENCH_DURATION, BENCH_SOAK_MINUTES, BENCH_DRAIN_TIMEOUT and BENCH_WORKDIR
 # are the flags' defaults; BENCH_FORWARD_CONCURRENCY (64) sets the bench
@@ -15,7 +18,7 @@ set -euo pipefail
 
 DURATION=${BENCH_DURATION:-20}
 SOAK_MIN=${BENCH_SOAK_MINUTES:-0}
-DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-60}
+DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-120}
 FORWARD_CONCURRENCY=${BENCH_FORWARD_CONCURRENCY:-64}
 WORK=${BENCH_WORKDIR:-}
 THREADS=2
@@ -35,6 +38,7 @@ done
 HOST=127.0.0.1
 HOOK_PORT=18080 ADMIN_PORT=18081 CEILING_PORT=18090 DOWN_PORT=18099
 HOOK_URL=http://$HOST:$HOOK_PORT/hooks/bench
+INTAKE_URL=http://$HOST:$HOOK_PORT/hooks/intake
 CEILING_URL=http://$HOST:$CEILING_PORT/hooks/bench
 METRICS_URL=http://$HOST:$ADMIN_PORT/metrics
 COUNT_URL=http://$HOST:$DOWN_PORT/count
@@ -198,6 +202,14 @@ admin:
   listen: "$HOST:$ADMIN_PORT"
   token: "$ADMIN_TOKEN"
 sources:
+  # intake: the bench source without forwarding, to measure intake alone.
+  - name: intake
+    request_id: json:request_id
+    delivery_id: header:X-Delivery-Id
+    resource: json:data.id
+    version: json:data.version
+    version_format: integer
+    fingerprint_exclude: [sent_at]
   - name: bench
     request_id: json:request_id
     delivery_id: header:X-Delivery-Id
@@ -207,7 +219,7 @@ sources:
     fingerprint_exclude: [sent_at]
     forward:
       url: http://$HOST:$DOWN_PORT/bench
-      timeout: 10s
+      timeout: 5m # outlasts the backlog phase, during which the downstream holds requests
       concurrency: $FORWARD_CONCURRENCY
       max_attempts: 12
       backoff: { initial: 1s, max: 1m }
@@ -217,26 +229,37 @@ HOOKD_PID=$! PIDS+=("$HOOKD_PID")
 wait_up "http://$HOST:$HOOK_PORT/readyz"
 echo; say "webhookd pid $HOOKD_PID, config $WORK/webhookd.yaml, RSS at start $(calc "$(rss_kb "$HOOKD_PID") / 1024") MiB"
 
+phase intake "$HOOKD_PID" "$INTAKE_URL" accept
 phase accept "$HOOKD_PID" "$HOOK_URL" accept
 ACCEPT_RPS=$(echo "${ROWS[-1]}" | cut -d'|' -f2)
 phase dup "$HOOKD_PID" "$HOOK_URL" dup "${SENT[1]}" "${SENT[2]}"
 phase mixed "$HOOKD_PID" "$HOOK_URL" mixed
+# The downstream holds what it gets, so that intake builds an outbox
+# backlog; the drain below then times forwarding alone.
+curl -sf -X POST "http://$HOST:$DOWN_PORT/hold"
+phase backlog "$HOOKD_PID" "$HOOK_URL" backlog
 
 # 3. Drain: how long the outbox takes to empty once intake stops.
+# drain releases the downstream (if it holds) and waits for the outbox to
+# empty; DRAIN_ROW gets the table row: forwarding alone, with no intake.
 drain() {
-	local c pending d0 d1 drained
+	local c pending d0 d1 c0 c1 dc0 dc1 drained wall
 	read -ra c <<<"$(counters)"
 	pending=$(metric webhookd_outbox_pending 'source="bench"')
-	d0=$(now) drained=${c[5]}
-	section "drain: $pending entries pending; waiting up to ${DRAIN_TIMEOUT}s"
+	section "drain: $pending entries pending; releasing the downstream, waiting up to ${DRAIN_TIMEOUT}s"
+	c0=$(cpu_ticks "$HOOKD_PID") dc0=$(cpu_ticks "$DOWN_PID") d0=$(now) drained=${c[5]}
+	curl -sf -X POST "http://$HOST:$DOWN_PORT/release"
 	while [ "$pending" -gt 0 ] && [ "$(calc "$(now) - $d0 < $DRAIN_TIMEOUT")" = 1 ]; do
-		sleep 0.5
+		sleep 0.2
 		scrape
 		pending=$(metric webhookd_outbox_pending 'source="bench"')
 	done
-	d1=$(now)
+	d1=$(now) c1=$(cpu_ticks "$HOOKD_PID") dc1=$(cpu_ticks "$DOWN_PID")
 	read -ra c <<<"$(counters)"
-	say "drain: $((c[5] - drained)) forwarded in $(calc "$d1 - $d0" 1)s ($(calc "(${c[5]} - $drained) / ($d1 - $d0)")/s); outbox pending now $pending"
+	wall=$(calc "$d1 - $d0" 3)
+	say "drain: $((c[5] - drained)) forwarded in $(calc "$wall" 1)s ($(calc "(${c[5]} - $drained) / $wall")/s); outbox pending now $pending"
+	DRAIN_ROW="drain|-|-|-|-|-|-|$(calc "(${c[5]} - $drained) / $wall")|$pending|$(calc "$(rss_kb "$HOOKD_PID") / 1024")|-"
+	DRAIN_ROW+="|$(calc "($c1 - $c0) / $CLK_TCK / $wall * 100")|$(calc "($dc1 - $dc0) / $CLK_TCK / $wall * 100")|-|-|-|-|forwarded $((c[5] - drained)) in $(calc "$wall" 1) s"
 	if [ "$pending" -gt 0 ]; then
 		say "OUTBOX DID NOT DRAIN within ${DRAIN_TIMEOUT}s; first entries:"
 		curl -s -H "Authorization: Bearer $ADMIN_TOKEN" "http://$HOST:$ADMIN_PORT/admin/outbox?source=bench" | head -c 2000
@@ -246,6 +269,7 @@ drain() {
 		"forwards delivered ${c[5]}, retried ${c[6]}, dead ${c[7]}; downstream $(curl -s "$COUNT_URL")"
 }
 drain
+ROWS+=("$DRAIN_ROW")
 disk_report() {
 	local c
 	read -ra c <<<"$(counters)"

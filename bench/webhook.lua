@@ -14,6 +14,9 @@
 --   mixed    new request IDs m-<thread>-<n>; every 4th is stale (version 0
 --            of a resource the accept phase created), the rest are newer
 --            versions (1e9 + n) of the same resources
+--   backlog  like accept, with request IDs b-<thread>-<n> and resources
+--            q-<thread>-<n mod 1000>: new work while the downstream holds
+--            forwarding, to build an outbox backlog
 --   ceiling  the accept body shape, for the bare Fiber endpoint
 --
 -- wrk calls request() once on the first thread before the run, to check it,
@@ -73,6 +76,8 @@ function request()
    local b
    if mode == "accept" or mode == "ceiling" then
       b = body(n, string.format("a-%d-%d", tid, n), "2026-01-01T00:00:00Z", string.format("r-%d-%d", tid, n % 1000), n)
+   elseif mode == "backlog" then
+      b = body(n, string.format("b-%d-%d", tid, n), "2026-01-01T00:15:00Z", string.format("q-%d-%d", tid, n % 1000), n)
    elseif mode == "dup" then
       local i = (n - 1) % limit + 2
       b = body(i, string.format("a-%d-%d", tid, i), "2026-01-01T00:05:00Z", string.format("r-%d-%d", tid, i % 1000), i)
