@@ -26,7 +26,11 @@ func (t *tx) enqueue(e *forward.Entry) ([]byte, error) {
 		return nil, err
 	}
 	t.setRaw(outboxKey(e.Seq), b, 0)
-	t.added = append(t.added, *e)
+	held := *e
+	// e.Body may be the caller's request buffer, valid only while the op
+	// runs; the encoding ends with a copy of it that nothing changes.
+	held.Body = b[len(b)-len(e.Body):]
+	t.added = append(t.added, held)
 	return b, nil
 }
 

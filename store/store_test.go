@@ -487,7 +487,9 @@ func TestTailHandsOverCommittedEntriesOnce(t *testing.T) {
 func TestPendingHandsOverBodiesAndFallsBackToBadger(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	mustDecide(t, s, versioned("req-1", "sub_1", 1))
-	mustDecide(t, s, versioned("req-2", "sub_1", 2))
+	d := versioned("req-2", "sub_1", 2)
+	mustDecide(t, s, d)
+	copy(d.Body, "XXXXXXXX") // the gateway's request buffer is reused once Decide returns
 	fromTail, err := s.Pending(ctx, 0, 10)
 	if err != nil {
 		t.Fatal(err)
