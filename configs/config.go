@@ -281,6 +281,14 @@ func (c *Config) Validate() error {
 				problems = append(problems, fmt.Sprintf("sources[%d].verify.%v", i, err))
 			}
 		}
+		if f := s.Forward; f != nil && f.MaxAttempts > 0 {
+			// An entry still retrying when its payload expires is
+			// dead-lettered without a body.
+			longest := time.Duration(f.MaxAttempts-1)*f.Backoff.Max + time.Duration(f.MaxAttempts)*f.Timeout
+			if longest >= c.ReceiptTTL {
+				problems = append(problems, fmt.Sprintf("sources[%d].forward.max_attempts: retries may take up to %s (attempts × timeout and backoff.max), not less than receipt_ttl %s, which is how long the payload is kept", i, longest, c.ReceiptTTL))
+			}
+		}
 		if s.Forward != nil && s.Forward.Sign != nil {
 			if _, err := signature.New(signature.Config{Scheme: signature.StandardWebhooks, Secrets: []string{s.Forward.Sign.Secret}}); err != nil {
 				problems = append(problems, fmt.Sprintf("sources[%d].forward.sign.secret: %v", i, strings.TrimPrefix(err.Error(), "secrets[0]: ")))

@@ -137,10 +137,11 @@ func TestForwardDefaultsAndValidation(t *testing.T) {
 	}
 	for yaml, want := range map[string]string{
 		`{url: "ftp://x"}`: "sources[0].forward.url: must be an http or https URL",
-		`{url: "http://x", backoff: {initial: 5s, max: 1s}}`:   "sources[0].forward.backoff.max: must not be less than backoff.initial",
-		`{url: "http://x", concurrency: 5000}`:                 "sources[0].forward.concurrency: must be at most 1024",
-		`{url: "http://x", headers: {"Bad Header": "v"}}`:      "sources[0].forward.headers[Bad Header]: must be an HTTP header name",
-		`{url: "http://x", pass_headers: ["X-Ok", "no good"]}`: "sources[0].forward.pass_headers[1]: must be an HTTP header name",
+		`{url: "http://x", backoff: {initial: 5s, max: 1s}}`:        "sources[0].forward.backoff.max: must not be less than backoff.initial",
+		`{url: "http://x", concurrency: 5000}`:                      "sources[0].forward.concurrency: must be at most 1024",
+		`{url: "http://x", headers: {"Bad Header": "v"}}`:           "sources[0].forward.headers[Bad Header]: must be an HTTP header name",
+		`{url: "http://x", pass_headers: ["X-Ok", "no good"]}`:      "sources[0].forward.pass_headers[1]: must be an HTTP header name",
+		`{url: "http://x", max_attempts: 1000, backoff: {max: 1h}}`: "sources[0].forward.max_attempts: retries may take up to 1001h46m40s",
 	} {
 		_, err := Parse([]byte(`sources: [{name: a, request_id: "json:id", forward: ` + yaml + `}]`))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -26,7 +26,10 @@ type Entry struct {
 	LastStatus    int               `json:"last_status,omitempty"`
 	LastError     string            `json:"last_error,omitempty"`
 	DeadAt        *time.Time        `json:"dead_at,omitempty"`
-	Body          []byte            `json:"-"` // nil when not read; an empty body is empty, not nil
+	// BodyLost marks a dead letter whose payload expired before it was
+	// forwarded: there is nothing left to send.
+	BodyLost bool   `json:"body_lost,omitempty"`
+	Body     []byte `json:"-"` // nil when not read; an empty body is empty, not nil
 }
 
 // Encode stores the body as raw bytes after the JSON metadata, so that the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -18,6 +19,11 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/signature"
 )
+
+// ErrPayloadGone is Outbox.Entry's error for an entry whose body is no
+// longer held (it waited longer than the receipt TTL): it is dead-lettered,
+// as nothing can be sent.
+var ErrPayloadGone = errors.New("payload no longer held")
 
 // Outbox is what the forwarder needs of the store.
 type Outbox interface {
@@ -385,24 +391,29 @@ func (f *Forwarder) do(j job, release func()) settled {
 		}
 		return s
 	}
-	var r Result
-	if j.route.orphan {
-		r = Result{State: webhookd.ForwardDead, Attempts: e.Attempts, Error: fmt.Sprintf("source %q has no forward configuration", e.Source), At: now}
-	} else {
-		full := e
-		if full.Body == nil {
-			var err error
-			full, err = f.outbox.Entry(f.ctx, e.Seq)
-			switch {
-			case f.ctx.Err() != nil:
-				s.keep = true
-				return s
-			case webhookd.ErrorCode(err) == webhookd.ENOTFOUND:
-				return s // settled already: nothing left to send
-			case err != nil:
-				return storeFailed("read outbox entry", err)
-			}
+	full, gone := e, false
+	if full.Body == nil && !j.route.orphan {
+		var err error
+		full, err = f.outbox.Entry(f.ctx, e.Seq)
+		switch {
+		case f.ctx.Err() != nil:
+			s.keep = true
+			return s
+		case webhookd.ErrorCode(err) == webhookd.ENOTFOUND:
+			return s // settled already: nothing left to send
+		case errors.Is(err, ErrPayloadGone):
+			gone = true
+		case err != nil:
+			return storeFailed("read outbox entry", err)
 		}
+	}
+	var r Result
+	switch {
+	case j.route.orphan:
+		r = Result{State: webhookd.ForwardDead, Attempts: e.Attempts, Error: fmt.Sprintf("source %q has no forward configuration", e.Source), At: now}
+	case gone:
+		r = Result{State: webhookd.ForwardDead, Attempts: e.Attempts, Error: "its payload expired (receipt_ttl) before it could be forwarded", At: now}
+	default:
 		var ok bool
 		r, ok = f.attempt(j.route, &full)
 		release()

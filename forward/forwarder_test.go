@@ -551,3 +551,38 @@ func TestSignedForwarding(t *testing.T) {
 		t.Errorf("webhook-signature = %q, want %q", sig, want)
 	}
 }
+
+// An entry that waits in the outbox past the receipt TTL has lost its
+// payload: it is dead-lettered, never sent empty, and cannot be retried.
+func TestEntryWhosePayloadExpiredIsDeadLettered(t *testing.T) {
+	dir := t.TempDir()
+	s := store.New(dir)
+	s.Logger = zaptest.NewLogger(t)
+	s.ReceiptTTL = time.Second
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	accept(t, s, "billing", "req-1", "", 0)
+	// Reopen, so that the entry is read back from disk rather than handed
+	// over in memory, after the payload has expired (Badger expires by the
+	// second: two boundaries are certain).
+	s.Close()
+	time.Sleep(2100 * time.Millisecond)
+	s = openStore(t, dir)
+	down := newDownstream(t, nil)
+	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	eventually(t, "empty outbox", outboxEmpty(t, s))
+	if n := len(down.all()); n != 0 {
+		t.Errorf("the downstream got %d requests for an entry without a payload", n)
+	}
+	dead, err := s.DeadLetters(ctx, "billing")
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters = %v, %v", dead, err)
+	}
+	if d := dead[0]; !d.BodyLost || !strings.Contains(d.LastError, "payload expired") {
+		t.Errorf("dead letter = %+v, want its body lost and why", d)
+	}
+	if err := s.RetryDeadLetter(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+		t.Errorf("retrying a dead letter without a payload: %v, want a conflict", err)
+	}
+}

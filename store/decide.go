@@ -131,8 +131,8 @@ func (s *Store) stageDecision(t *tx, d webhookd.Delivery) (webhookd.Outcome, err
 	return out, nil
 }
 
-// stageOutbox writes the forward intent and keeps a copy of the payload
-// (for redelivery) as long as the receipt.
+// stageOutbox writes the forward intent, its payload kept as long as the
+// receipt for redelivery.
 func (s *Store) stageOutbox(t *tx, d webhookd.Delivery, expiresAt uint64) error {
 	e := forward.Entry{
 		Source:        d.Source,
@@ -145,12 +145,7 @@ func (s *Store) stageOutbox(t *tx, d webhookd.Delivery, expiresAt uint64) error 
 		CreatedAt:     d.ReceivedAt,
 		NextAttemptAt: d.ReceivedAt,
 	}
-	b, err := t.enqueue(&e)
-	if err != nil {
-		return err
-	}
-	t.setRaw(payloadKey(d.Source, d.RequestID), b, expiresAt)
-	return nil
+	return t.enqueue(&e, expiresAt)
 }
 
 // latestOf returns the latest accepted version of resource, or "".

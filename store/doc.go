@@ -20,11 +20,18 @@
 //
 //	r<source>\x00<request_id>  receipt (dedupe.Receipt, JSON), expires after receipt_ttl
 //	v<source>\x00<resource>    latest accepted version (versioning.Latest, JSON), never expires
-//	o<seq:8 bytes big-endian>  outbox entry (forward.Entry, encoded), until forwarded
-//	d<source>\x00<request_id>  dead letter (forward.Entry, encoded), until retried or discarded
-//	p<source>\x00<request_id>  accepted payload of a forwarding source, for redelivery; expires after receipt_ttl
+//	o<seq:8 bytes big-endian>  outbox entry (forward.Entry without its body, encoded), until forwarded
+//	p<source>\x00<request_id>  payload: the entry with its body, for forwarding and redelivery;
+//	                           expires after receipt_ttl
+//	d<source>\x00<request_id>  dead letter (forward.Entry with its body, encoded), until retried or discarded
 //	f<source>\x00<request_id>  forward status (webhookd.ForwardStatus, JSON) once it changed after the
 //	                           decision; it overrides the receipt's and expires with it
+//
+// A body is written once, in the payload key, not in the outbox entry too:
+// the outbox entry is rewritten on every retry and deleted on delivery, so
+// it stays small. An entry that waits longer than receipt_ttl loses its
+// payload and is dead-lettered as such (forward.ErrPayloadGone); a dead
+// letter keeps its own copy of the body, as it outlives the payload.
 //
 // The forward status lives beside the receipt, not in it, because it changes
 // once per forward attempt: settling an attempt then writes a few bytes

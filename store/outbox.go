@@ -18,20 +18,25 @@ import (
 	"github.com/webhookd/webhookd/versioning"
 )
 
-// enqueue stages e at the next outbox position and returns its encoding.
-func (t *tx) enqueue(e *forward.Entry) ([]byte, error) {
+// enqueue stages e at the next outbox position, with its body in the
+// payload key, which lives as long as the receipt (expiresAt) and which
+// redelivery reads too: the body is written once, the outbox entry holds
+// the rest.
+func (t *tx) enqueue(e *forward.Entry, expiresAt uint64) error {
 	e.Seq = t.nextSeq()
-	b, err := e.Encode()
+	payload, err := e.Encode()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	t.setRaw(outboxKey(e.Seq), b, 0)
+	t.setRaw(payloadKey(e.Source, e.RequestID), payload, expiresAt)
 	held := *e
 	// e.Body may be the caller's request buffer, valid only while the op
 	// runs; the encoding ends with a copy of it that nothing changes.
-	held.Body = b[len(b)-len(e.Body):]
+	held.Body = payload[len(payload)-len(e.Body):]
 	t.added = append(t.added, held)
-	return b, nil
+	meta := *e
+	meta.Body = nil
+	return t.setEntry(outboxKey(e.Seq), &meta)
 }
 
 // maxTail bounds the entries the tail holds for a forwarder that does not
@@ -73,7 +78,9 @@ func (t *tail) after(after uint64, limit int) (entries []forward.Entry, ok bool)
 	return slices.Clone(t.entries[:min(limit, len(t.entries))]), true
 }
 
-// getEntry decodes the entry at key; found is false when it is absent.
+// getEntry decodes the entry at key; found is false when it is absent. An
+// outbox entry's body is read from its payload key; when that has expired,
+// Body is nil.
 func (t *tx) getEntry(key []byte, withBody bool) (e forward.Entry, found bool, err error) {
 	b, err := t.getRaw(key)
 	if err != nil || b == nil {
@@ -82,8 +89,16 @@ func (t *tx) getEntry(key []byte, withBody bool) (e forward.Entry, found bool, e
 	if err := e.Decode(b, withBody); err != nil {
 		return e, false, fmt.Errorf("%q: %w", key, err)
 	}
-	if key[0] == prefixOutbox {
-		e.Seq = binary.BigEndian.Uint64(key[1:])
+	if key[0] != prefixOutbox {
+		return e, true, nil
+	}
+	e.Seq = binary.BigEndian.Uint64(key[1:])
+	if withBody && len(e.Body) == 0 {
+		p, _, err := t.getEntry(payloadKey(e.Source, e.RequestID), true)
+		if err != nil {
+			return e, false, err
+		}
+		e.Body = p.Body
 	}
 	return e, true, nil
 }
@@ -158,11 +173,15 @@ func (s *Store) Entry(ctx context.Context, seq uint64) (forward.Entry, error) {
 	err := s.view(func(txn *badger.Txn) error {
 		var found bool
 		var err error
-		if e, found, err = (&tx{txn: txn}).getEntry(outboxKey(seq), true); err == nil && !found {
+		e, found, err = (&tx{txn: txn}).getEntry(outboxKey(seq), true)
+		if err == nil && !found {
 			err = webhookd.Errorf(webhookd.ENOTFOUND, "outbox entry %d not found", seq)
 		}
 		return err
 	})
+	if err == nil && e.Body == nil {
+		err = fmt.Errorf("outbox entry %d: %w", seq, forward.ErrPayloadGone)
+	}
 	return e, err
 }
 
@@ -176,9 +195,10 @@ func (s *Store) Settle(ctx context.Context, e forward.Entry, r forward.Result) e
 		status := webhookd.ForwardStatus{State: r.State, Attempts: r.Attempts, LastStatus: r.Status, LastError: r.Error}
 		switch r.State {
 		case webhookd.ForwardRetrying, webhookd.ForwardDead:
-			// The entry is rewritten, so it is read whole; the common
-			// outcomes below only delete it.
-			cur, found, err := t.getEntry(key, true)
+			// The entry is rewritten, so it is read and decoded; the
+			// common outcomes below only delete it. A dead letter keeps
+			// its body: it outlives the payload key.
+			cur, found, err := t.getEntry(key, r.State == webhookd.ForwardDead)
 			if err != nil || !found {
 				return err
 			}
@@ -191,7 +211,7 @@ func (s *Store) Settle(ctx context.Context, e forward.Entry, r forward.Result) e
 				break
 			}
 			t.delete(key)
-			cur.DeadAt = &r.At
+			cur.DeadAt, cur.BodyLost = &r.At, cur.Body == nil
 			if err := t.setEntry(deadKey(cur.Source, cur.RequestID), &cur); err != nil {
 				return err
 			}
@@ -247,11 +267,14 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 		if !found {
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
 		}
+		if e.BodyLost {
+			return webhookd.Errorf(webhookd.ECONFLICT, "the payload of %s/%s expired before it was forwarded: there is nothing to send", source, requestID)
+		}
 		if err := t.checkStillLatest(&e); err != nil {
 			return err
 		}
 		t.delete(key)
-		return t.requeue(&e, now)
+		return t.requeue(&e, now, s.ReceiptTTL)
 	})
 	if err != nil {
 		return fmt.Errorf("retry dead letter: %w", err)
@@ -318,7 +341,7 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 		if err := t.checkStillLatest(&e); err != nil {
 			return err
 		}
-		return t.requeue(&e, now)
+		return t.requeue(&e, now, s.ReceiptTTL)
 	})
 	if err != nil {
 		return fmt.Errorf("redeliver: %w", err)
@@ -344,11 +367,12 @@ func (t *tx) checkStillLatest(e *forward.Entry) error {
 	return nil
 }
 
-// requeue puts e at the end of the outbox as a fresh forward intent.
-func (t *tx) requeue(e *forward.Entry, now time.Time) error {
+// requeue puts e, with its body, at the end of the outbox as a fresh
+// forward intent; its payload then lives for the receipt TTL from now.
+func (t *tx) requeue(e *forward.Entry, now time.Time, ttl time.Duration) error {
 	e.Attempts, e.LastStatus, e.LastError, e.DeadAt = 0, 0, "", nil
 	e.NextAttemptAt = now
-	if _, err := t.enqueue(e); err != nil {
+	if err := t.enqueue(e, expiry(now, ttl)); err != nil {
 		return err
 	}
 	return t.setForward(e.Source, e.RequestID, webhookd.ForwardStatus{State: webhookd.ForwardPending})

@@ -512,3 +512,21 @@ func TestPendingHandsOverBodiesAndFallsBackToBadger(t *testing.T) {
 		}
 	}
 }
+
+// Outbox entries written before bodies moved to the payload key carry their
+// body themselves; it must still be the one sent.
+func TestOutboxEntryWithItsOwnBodyIsSentAsIs(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	mustDecide(t, s, versioned("req-1", "sub_1", 1))
+	old := forward.Entry{Source: "billing", RequestID: "req-1", Body: []byte(`{"old":"format"}`)}
+	if err := s.update(func(t *tx) error { return t.setEntry(outboxKey(1), &old) }); err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Entry(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(e.Body) != `{"old":"format"}` {
+		t.Errorf("body %q, want the entry's own", e.Body)
+	}
+}
