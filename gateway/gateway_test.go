@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
 
@@ -433,5 +435,28 @@ func TestBodyOverMaxBodyIs413(t *testing.T) {
 	}
 	if f.hasReceipt("billing", "big") {
 		t.Error("a receipt was written for a body over max_body")
+	}
+}
+
+// A client that connects and sends nothing (a load balancer's TCP check, a
+// connection opened ahead of need) must not hold shutdown up until the read
+// timeout: shutdown_timeout would run out, intake would report an error and
+// the process would linger.
+func TestShutdownDoesNotWaitForSilentConnections(t *testing.T) {
+	f := newFixture(t, nil)
+	f.server.publicAddr, f.server.adminAd = "127.0.0.1:0", "127.0.0.1:0"
+	if err := f.server.Open(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", f.server.PublicAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	time.Sleep(100 * time.Millisecond) // let the server take the connection
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.server.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown with a silent connection open: %v", err)
 	}
 }
