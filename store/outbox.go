@@ -71,7 +71,8 @@ func (t *tail) after(after uint64, limit int) (entries []forward.Entry, ok bool)
 	for i < len(t.entries) && t.entries[i].Seq <= after {
 		i++
 	}
-	t.entries = t.entries[i:] // handed over already
+	clear(t.entries[:i]) // handed over already: let their bodies go
+	t.entries = t.entries[i:]
 	if after+1 < t.from {
 		return nil, false
 	}
