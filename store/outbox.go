@@ -29,14 +29,16 @@ func (t *tx) enqueue(e *forward.Entry, expiresAt uint64) error {
 		return err
 	}
 	t.setRaw(payloadKey(e.Source, e.RequestID), payload, expiresAt)
+	// The encoding is the metadata followed by the body, so the entry
+	// without its body is the encoding without its tail.
+	metaLen := len(payload) - len(e.Body)
+	t.setRaw(outboxKey(e.Seq), payload[:metaLen:metaLen], 0)
 	held := *e
 	// e.Body may be the caller's request buffer, valid only while the op
 	// runs; the encoding ends with a copy of it that nothing changes.
-	held.Body = payload[len(payload)-len(e.Body):]
+	held.Body = payload[metaLen:]
 	t.added = append(t.added, held)
-	meta := *e
-	meta.Body = nil
-	return t.setEntry(outboxKey(e.Seq), &meta)
+	return nil
 }
 
 // maxTail bounds the entries the tail holds for a forwarder that does not
