@@ -189,14 +189,10 @@ func (s *Store) Receipt(ctx context.Context, source, requestID string) (*dedupe.
 	var r dedupe.Receipt
 	err := s.view(func(txn *badger.Txn) error {
 		t := &tx{txn: txn}
-		found, _, err := t.get(receiptKey(source, requestID), &r)
-		if err != nil {
+		if err := t.mustGet(receiptKey(source, requestID), &r); err != nil {
 			return err
 		}
-		if !found {
-			return webhookd.Errorf(webhookd.ENOTFOUND, "not found")
-		}
-		_, err = t.forwardStatus(&r)
+		_, err := t.forwardStatus(&r)
 		return err
 	})
 	if err != nil {
@@ -215,16 +211,16 @@ func (s *Store) Latest(ctx context.Context, source, resource string) (*versionin
 }
 
 func (s *Store) getOne(key []byte, v any) error {
-	return s.view(func(txn *badger.Txn) error {
-		found, _, err := (&tx{txn: txn}).get(key, v)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return webhookd.Errorf(webhookd.ENOTFOUND, "not found")
-		}
-		return nil
-	})
+	return s.view(func(txn *badger.Txn) error { return (&tx{txn: txn}).mustGet(key, v) })
+}
+
+// mustGet decodes the JSON value at key into v, or says it is not found.
+func (t *tx) mustGet(key []byte, v any) error {
+	found, _, err := t.get(key, v)
+	if err == nil && !found {
+		err = webhookd.Errorf(webhookd.ENOTFOUND, "not found")
+	}
+	return err
 }
 
 // forwardStatus sets r.Forward to the request's current forward status: the
