@@ -189,6 +189,13 @@ DOWN_PID=$! PIDS+=("$DOWN_PID")
 wait_up "$COUNT_URL"
 
 ADMIN_TOKEN=bench-$RANDOM$RANDOM
+# What both sources read from a request, matching bench/webhook.lua's bodies.
+SELECTORS='    request_id: json:request_id
+    delivery_id: header:X-Delivery-Id
+    resource: json:data.id
+    version: json:data.version
+    version_format: integer
+    fingerprint_exclude: [sent_at]'
 rm -rf "$WORK/data"
 cat >"$WORK/webhookd.yaml" <<EOF
 # Written by bench/run.sh.
@@ -204,19 +211,9 @@ admin:
 sources:
   # intake: the bench source without forwarding, to measure intake alone.
   - name: intake
-    request_id: json:request_id
-    delivery_id: header:X-Delivery-Id
-    resource: json:data.id
-    version: json:data.version
-    version_format: integer
-    fingerprint_exclude: [sent_at]
+$SELECTORS
   - name: bench
-    request_id: json:request_id
-    delivery_id: header:X-Delivery-Id
-    resource: json:data.id
-    version: json:data.version
-    version_format: integer
-    fingerprint_exclude: [sent_at]
+$SELECTORS
     forward:
       url: http://$HOST:$DOWN_PORT/bench
       timeout: 5m # outlasts the backlog phase, during which the downstream holds requests
@@ -239,9 +236,8 @@ phase mixed "$HOOKD_PID" "$HOOK_URL" mixed
 curl -sf -X POST "http://$HOST:$DOWN_PORT/hold"
 phase backlog "$HOOKD_PID" "$HOOK_URL" backlog
 
-# 3. Drain: how long the outbox takes to empty once intake stops.
-# drain releases the downstream (if it holds) and waits for the outbox to
-# empty; DRAIN_ROW gets the table row: forwarding alone, with no intake.
+# 3. Drain: drain releases the downstream (if it holds) and times the outbox
+# emptying with no intake; DRAIN_ROW gets the table row: forwarding alone.
 drain() {
 	local c pending d0 d1 c0 c1 dc0 dc1 drained wall
 	read -ra c <<<"$(counters)"
