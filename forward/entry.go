@@ -48,16 +48,30 @@ func (e *Entry) Encode() ([]byte, error) {
 // Decode reads an encoded entry; withBody false leaves Body nil. The entry
 // keeps no reference to b.
 func (e *Entry) Decode(b []byte, withBody bool) error {
-	n, size := binary.Uvarint(b)
-	if size <= 0 || uint64(len(b)-size) < n {
-		return errors.New("decode entry: bad length")
+	meta, body, err := split(b)
+	if err != nil {
+		return err
 	}
-	meta := b[size : size+int(n)]
 	if err := json.Unmarshal(meta, e); err != nil {
 		return fmt.Errorf("decode entry: %w", err)
 	}
 	if withBody {
-		e.Body = bytes.Clone(b[size+int(n):]) // not nil, even when empty
+		e.Body = bytes.Clone(body) // not nil, even when empty
 	}
 	return nil
+}
+
+// DecodeBody returns a copy of an encoded entry's body, not nil even when
+// empty, without decoding its metadata.
+func DecodeBody(b []byte) ([]byte, error) {
+	_, body, err := split(b)
+	return bytes.Clone(body), err
+}
+
+func split(b []byte) (meta, body []byte, err error) {
+	n, size := binary.Uvarint(b)
+	if size <= 0 || uint64(len(b)-size) < n {
+		return nil, nil, errors.New("decode entry: bad length")
+	}
+	return b[size : size+int(n)], b[size+int(n):], nil
 }

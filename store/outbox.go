@@ -97,11 +97,14 @@ func (t *tx) getEntry(key []byte, withBody bool) (e forward.Entry, found bool, e
 	}
 	e.Seq = binary.BigEndian.Uint64(key[1:])
 	if withBody && len(e.Body) == 0 {
-		p, _, err := t.getEntry(payloadKey(e.Source, e.RequestID), true)
-		if err != nil {
-			return e, false, err
+		p, err := t.getRaw(payloadKey(e.Source, e.RequestID))
+		if err != nil || p == nil {
+			e.Body = nil
+			return e, err == nil, err
 		}
-		e.Body = p.Body
+		if e.Body, err = forward.DecodeBody(p); err != nil {
+			return e, false, fmt.Errorf("payload of %q: %w", key, err)
+		}
 	}
 	return e, true, nil
 }
