@@ -55,6 +55,7 @@ func newServeCommand() *cobra.Command {
 				return err
 			}
 			defer logger.Sync()
+			setMemoryLimit(logger)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			m := NewMain(cfg, logger)
