@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -74,6 +75,11 @@ func (s *Store) Open() error {
 		WithSyncWrites(true).
 		// All writes go through one writer goroutine, so there is nothing to detect.
 		WithDetectConflicts(false).
+		// Compactions share the cores with the request path and the disk
+		// with the commits' syncs: more of them than cores lengthened
+		// commit stalls on the bench without compacting faster. Badger
+		// needs two at least and defaults to four.
+		WithNumCompactors(max(2, min(4, runtime.GOMAXPROCS(0)))).
 		// Value-log GC never rewrites the file being written: smaller files
 		// let large payloads give their space back without 1 GiB of traffic.
 		WithValueLogFileSize(64 << 20).
