@@ -2,6 +2,7 @@
 # bench/run.sh: one-command load benchmark of webhookd (README, "Load benchmark").
 #
 #   bench/run.sh [-d SECONDS] [--soak MINUTES] [--drain SECONDS] [--workdir DIR]
+#                [--memory-limit BYTES]
 #
 # Builds webhookd and the helpers (bench/ceiling, bench/downstream,
 # bench/loadgen) into a work directory, starts them on 127.0.0.1 only, runs
@@ -9,11 +10,12 @@
 # bench/webhook.lua): the ceiling, intake alone, accepts with forwarding,
 # duplicates, mixed with stale versions, and a backlog built while the
 # downstream holds requests; then it releases the downstream, times the
-# outbox draining (forwarding alone) and prints a table.
+# outbox draining (forwarding alone) and prints a table. With --memory-limit,
+# webhookd runs in a memory cgroup of that size, as in a container (root).
 # Everything it starts is stopped by PID on exit. Environment variables
-# BENCH_DURATION, BENCH_SOAK_MINUTES, BENCH_DRAIN_TIMEOUT and BENCH_WORKDIR
-# are the flags' defaults; BENCH_FORWARD_CONCURRENCY (64) sets the bench
-# source's forward.concurrency.
+# BENCH_DURATION, BENCH_SOAK_MINUTES, BENCH_DRAIN_TIMEOUT, BENCH_WORKDIR and
+# BENCH_MEMORY_LIMIT are the flags' defaults; BENCH_FORWARD_CONCURRENCY (64)
+# sets the bench source's forward.concurrency.
 set -euo pipefail
 
 DURATION=${BENCH_DURATION:-20}
@@ -21,6 +23,7 @@ SOAK_MIN=${BENCH_SOAK_MINUTES:-0}
 DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-120}
 FORWARD_CONCURRENCY=${BENCH_FORWARD_CONCURRENCY:-64}
 WORK=${BENCH_WORKDIR:-}
+MEMORY_LIMIT=${BENCH_MEMORY_LIMIT:-}
 THREADS=2
 CONNS=64
 while [ $# -gt 0 ]; do
@@ -29,7 +32,8 @@ while [ $# -gt 0 ]; do
 	--soak) SOAK_MIN=$2; shift 2 ;;
 	--drain) DRAIN_TIMEOUT=$2; shift 2 ;;
 	--workdir) WORK=$2; shift 2 ;;
-	-h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+	--memory-limit) MEMORY_LIMIT=$2; shift 2 ;;
+	-h | --help) sed -n '2,16p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -50,6 +54,7 @@ say() { printf '%s\n' "$*"; }
 section() { printf '\n== %s\n' "$*"; }
 
 PIDS=()
+CGROUP=
 cleanup() {
 	local pid
 	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -58,6 +63,7 @@ cleanup() {
 		kill -KILL "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
 	done
+	[ -z "$CGROUP" ] || rmdir "$CGROUP" 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -221,10 +227,29 @@ $SELECTORS
       max_attempts: 12
       backoff: { initial: 1s, max: 1m }
 EOF
-"$WORK/bin/webhookd" serve --config "$WORK/webhookd.yaml" >"$WORK/webhookd.log" 2>&1 &
+# With a memory limit, webhookd runs in its own memory cgroup (v2, or v1's
+# memory hierarchy), as in a container limited to that much memory.
+if [ -n "$MEMORY_LIMIT" ]; then
+	if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+		CGROUP=/sys/fs/cgroup/webhookd-bench-$$ limit_file=memory.max
+	else
+		CGROUP=/sys/fs/cgroup/memory/webhookd-bench-$$ limit_file=memory.limit_in_bytes
+	fi
+	if ! { mkdir "$CGROUP" && echo "$MEMORY_LIMIT" >"$CGROUP/$limit_file"; } 2>/dev/null; then
+		say "--memory-limit needs root and a writable memory cgroup ($CGROUP)" >&2
+		CGROUP=
+		exit 1
+	fi
+fi
+if [ -n "$CGROUP" ]; then
+	sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" serve --config "$3"' sh "$CGROUP" "$WORK/bin/webhookd" "$WORK/webhookd.yaml" >"$WORK/webhookd.log" 2>&1 &
+else
+	"$WORK/bin/webhookd" serve --config "$WORK/webhookd.yaml" >"$WORK/webhookd.log" 2>&1 &
+fi
 HOOKD_PID=$! PIDS+=("$HOOKD_PID")
 wait_up "http://$HOST:$HOOK_PORT/readyz"
-echo; say "webhookd pid $HOOKD_PID, config $WORK/webhookd.yaml, RSS at start $(calc "$(rss_kb "$HOOKD_PID") / 1024") MiB"
+echo; say "webhookd pid $HOOKD_PID, config $WORK/webhookd.yaml, RSS at start $(calc "$(rss_kb "$HOOKD_PID") / 1024") MiB," \
+	"memory cgroup ${CGROUP:-none}${MEMORY_LIMIT:+ limited to $MEMORY_LIMIT bytes}"
 
 phase intake "$HOOKD_PID" "$INTAKE_URL" accept
 phase accept "$HOOKD_PID" "$HOOK_URL" accept
