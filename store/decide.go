@@ -76,8 +76,7 @@ func (s *Store) stageDecision(t *tx, d webhookd.Delivery) (webhookd.Outcome, err
 	var latest versioning.Latest
 	var hasLatest bool
 	if d.Resource != "" && d.Version != "" {
-		lkey := latestKey(d.Source, d.Resource)
-		if hasLatest, _, err = t.get(lkey, &latest); err != nil {
+		if latest, hasLatest, err = t.getLatest(d.Source, d.Resource); err != nil {
 			return webhookd.Outcome{}, err
 		}
 		prev := &latest
@@ -113,7 +112,7 @@ func (s *Store) stageDecision(t *tx, d webhookd.Delivery) (webhookd.Outcome, err
 	if decision == webhookd.Accepted {
 		if ordering != Unordered {
 			next := versioning.Latest{Version: d.Version, Order: d.VersionOrder, RequestID: d.RequestID, UpdatedAt: d.ReceivedAt}
-			if err := t.set(latestKey(d.Source, d.Resource), &next, 0); err != nil {
+			if err := t.setLatest(d.Source, d.Resource, next); err != nil {
 				return webhookd.Outcome{}, err
 			}
 			out.LatestVersion = d.Version
@@ -153,11 +152,8 @@ func (s *Store) latestOf(t *tx, source, resource string) (string, error) {
 	if resource == "" {
 		return "", nil
 	}
-	var l versioning.Latest
-	if _, _, err := t.get(latestKey(source, resource), &l); err != nil {
-		return "", err
-	}
-	return l.Version, nil
+	l, _, err := t.getLatest(source, resource)
+	return l.Version, err
 }
 
 func reason(ordering versioning.Ordering, version, latest string) string {

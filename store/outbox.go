@@ -15,7 +15,6 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
-	"github.com/webhookd/webhookd/versioning"
 )
 
 // enqueue stages e at the next outbox position, with its body in the
@@ -362,8 +361,7 @@ func (t *tx) checkStillLatest(e *forward.Entry) error {
 	if e.Resource == "" || e.Version == "" {
 		return nil
 	}
-	var l versioning.Latest
-	found, _, err := t.get(latestKey(e.Source, e.Resource), &l)
+	l, found, err := t.getLatest(e.Source, e.Resource)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/versioning"
 )
 
 // Defaults for Options.
@@ -42,8 +43,9 @@ type Store struct {
 	closing chan struct{}
 	wg      sync.WaitGroup
 
-	nextSeq uint64 // next outbox position; owned by the writer goroutine
-	tail    tail   // outbox entries committed since Open, for Pending
+	nextSeq uint64       // next outbox position; owned by the writer goroutine
+	latest  *latestCache // owned by the writer goroutine
+	tail    tail         // outbox entries committed since Open, for Pending
 
 	memTableSize int64 // Badger's default when 0; tests shrink it to force batch splits
 }
@@ -98,6 +100,7 @@ func (s *Store) Open() error {
 	}
 	s.nextSeq++
 	s.tail.from = s.nextSeq
+	s.latest = newLatestCache(DefaultLatestCache)
 	s.ops = make(chan *op, s.MaxBatch)
 	s.wg.Add(2)
 	go s.write()
@@ -210,10 +213,11 @@ func (s *Store) apply(ops []*op) {
 func (s *Store) commit(ops []*op) int {
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
+	s.latest.discard() // what a split batch staged before it was split
 	errs := make([]error, len(ops))
 	var added []forward.Entry
 	for i, o := range ops {
-		t := &tx{txn: txn, seq: &s.nextSeq}
+		t := &tx{txn: txn, seq: &s.nextSeq, latest: s.latest}
 		err := o.stage(t)
 		if err == nil {
 			err = t.flush()
@@ -237,6 +241,11 @@ func (s *Store) commit(ops []*op) int {
 	if commitErr != nil {
 		s.Logger.Error("commit batch", zap.Int("ops", len(ops)), zap.Error(commitErr))
 		commitErr = unavailable(commitErr)
+		// Badger may have applied part of a failed commit: forget
+		// everything rather than keep a value it no longer has.
+		s.latest.reset()
+	} else {
+		s.latest.committed()
 	}
 	if commitErr == nil && len(added) > 0 {
 		s.tail.add(added)
@@ -300,11 +309,18 @@ func (s *Store) lastSeq() (uint64, error) {
 // through (seeing earlier operations' writes), writes wait in the op until
 // it has finished without error.
 type tx struct {
-	txn    *badger.Txn
-	seq    *uint64
-	writes []*badger.Entry
-	dels   [][]byte
-	added  []forward.Entry // outbox entries the op added
+	txn          *badger.Txn
+	seq          *uint64
+	latest       *latestCache // the writer's; nil in read-only transactions
+	writes       []*badger.Entry
+	dels         [][]byte
+	added        []forward.Entry // outbox entries the op added
+	latestWrites []latestWrite
+}
+
+type latestWrite struct {
+	key    string
+	latest versioning.Latest
 }
 
 // get decodes the JSON value at key into v. It reports false when the key is
@@ -384,6 +400,35 @@ func (t *tx) flush() error {
 			return err
 		}
 	}
+	for _, w := range t.latestWrites {
+		t.latest.stage(w.key, w.latest)
+	}
+	return nil
+}
+
+// getLatest returns the latest accepted version of source's resource, and
+// whether there is one. Writer only: it reads through the writer's cache.
+func (t *tx) getLatest(source, resource string) (versioning.Latest, bool, error) {
+	key := latestKey(source, resource)
+	if l, ok := t.latest.get(string(key)); ok {
+		return l, true, nil
+	}
+	var l versioning.Latest
+	found, _, err := t.get(key, &l)
+	if found && err == nil {
+		// Not staged by this batch, so what Badger has is committed.
+		t.latest.put(string(key), l)
+	}
+	return l, found, err
+}
+
+// setLatest stages l as the latest accepted version of source's resource.
+func (t *tx) setLatest(source, resource string, l versioning.Latest) error {
+	key := latestKey(source, resource)
+	if err := t.set(key, &l, 0); err != nil {
+		return err
+	}
+	t.latestWrites = append(t.latestWrites, latestWrite{key: string(key), latest: l})
 	return nil
 }
 
