@@ -113,6 +113,14 @@ metric() {
 		index($0, name) == 1 && (substr($0, length(name) + 1, 1) ~ /[{ ]/) && index($0, label) { sum += $NF }
 		END { printf "%.0f", sum }' "$WORK/metrics.txt"
 }
+# ends KB...: the means of the first and the last six samples (a minute),
+# in MiB, and the change between them.
+ends() {
+	printf '%s\n' "$@" | awk '{ v[NR] = $1 } END {
+		k = NR >= 12 ? 6 : int(NR / 2)
+		for (i = 1; i <= k; i++) { a += v[i]; b += v[NR - k + i] }
+		printf "%.0f -> %.0f MiB (%+.1f %%)", a / k / 1024, b / k / 1024, (b - a) * 100 / a }'
+}
 decided() { metric webhookd_deliveries_total "decision=\"$1\""; }
 delivered() { metric webhookd_forward_attempts_total 'result="delivered"'; }
 counters() { # accepted duplicate stale conflict rejected delivered retry dead
@@ -348,6 +356,8 @@ if [ "$SOAK_MIN" != 0 ]; then
 		amax=$(printf '%s\n' "${anon[@]}" | sort -n | tail -1)
 		say "soak: of which RssAnon (heap) first $(calc "${anon[0]} / 1024") MiB, max $(calc "$amax / 1024") MiB, last $(calc "${anon[-1]} / 1024") MiB;" \
 			"the rest is RssFile (Badger's memory-mapped files)"
+		# Growth shows as a trend between the ends; a collector's sawtooth does not.
+		say "soak: mean RSS of the first and the last minute $(ends "${samples[@]}"); RssAnon $(ends "${anon[@]}")"
 	fi
 	drain
 	disk_report
