@@ -13,6 +13,11 @@
 // Operations may be staged more than once (after a split), so they must be
 // deterministic functions of what they read.
 //
+// The writer keeps the latest versions it read or committed lately in
+// memory (latestCache): Badger's Get searches every LSM level for a key
+// that is rewritten as often as a resource's latest version. Only committed
+// values go in, and only the writer reads it; everything else reads Badger.
+//
 // Values read from Badger are copied out of the transaction (ValueCopy or
 // decoding), since Badger's bytes are valid only inside it.
 //
