@@ -2,9 +2,9 @@ package store
 
 import "github.com/webhookd/webhookd/versioning"
 
-// DefaultLatestCache is how many resources' latest versions the writer keeps
-// in memory, per generation (see latestCache).
-const DefaultLatestCache = 1 << 16
+// latestCacheSize is how many resources' latest versions the writer keeps in
+// memory, per generation (see latestCache).
+const latestCacheSize = 1 << 16
 
 // latestCache holds the latest versions the writer read or committed lately.
 // A resource's key is rewritten at every accepted version, so older copies

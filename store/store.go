@@ -100,7 +100,7 @@ func (s *Store) Open() error {
 	}
 	s.nextSeq++
 	s.tail.from = s.nextSeq
-	s.latest = newLatestCache(DefaultLatestCache)
+	s.latest = newLatestCache(latestCacheSize)
 	s.ops = make(chan *op, s.MaxBatch)
 	s.wg.Add(2)
 	go s.write()

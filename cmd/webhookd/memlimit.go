@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,7 +73,7 @@ func cgroupMemoryLimit(cgroupFS fs.FS, self string) (int64, bool) {
 			for _, dir := range ancestors(parts[2]) {
 				consider(path.Join(dir, "memory.max"), parseMemoryMax)
 			}
-		case hasController(parts[1], "memory"):
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
 			for _, dir := range ancestors(parts[2]) {
 				consider(path.Join("memory", dir, "memory.limit_in_bytes"), parseLimitInBytes)
 			}
@@ -91,15 +92,6 @@ func ancestors(p string) []string {
 		dir = path.Dir(dir)
 	}
 	return append(dirs, ".")
-}
-
-func hasController(list, name string) bool {
-	for _, c := range strings.Split(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
 }
 
 // parseMemoryMax reads cgroup v2's memory.max: bytes, or "max" for none.
