@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
 	--drain) DRAIN_TIMEOUT=$2; shift 2 ;;
 	--workdir) WORK=$2; shift 2 ;;
 	--memory-limit) MEMORY_LIMIT=$2; shift 2 ;;
-	-h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -245,7 +245,6 @@ if [ -n "$MEMORY_LIMIT" ]; then
 	fi
 	if ! { mkdir "$CGROUP" && echo "$MEMORY_LIMIT" >"$CGROUP/$limit_file"; } 2>/dev/null; then
 		say "--memory-limit needs root and a writable memory cgroup ($CGROUP)" >&2
-		CGROUP=
 		exit 1
 	fi
 fi
