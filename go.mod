@@ -13,6 +13,7 @@ require (
 	github.com/valyala/fasthttp v1.78.0
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/net v0.62.0
 )
 
 require (

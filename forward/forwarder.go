@@ -1,12 +1,11 @@
 package forward
 
 import (
-	"bytes"
 	"container/heap"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
@@ -83,7 +83,6 @@ const defaultBodyBudget = 32 << 20
 // concurrency limit, so a slow downstream holds up only its own source.
 type Forwarder struct {
 	Logger       *zap.Logger
-	Client       *http.Client
 	Metrics      Metrics
 	PollInterval time.Duration // a safety net beside Outbox.Notify
 
@@ -103,8 +102,10 @@ type Forwarder struct {
 	stop       chan struct{}
 	stopOnce   sync.Once
 	done       chan struct{}
-	ctx        context.Context // aborts in-flight requests when shutdown runs out of time
+	ctx        context.Context // aborts dials and store calls when shutdown runs out of time
 	cancel     context.CancelFunc
+	conns      conns // closed to abort requests in flight
+	tlsConfig  *tls.Config
 	wg         sync.WaitGroup
 }
 
@@ -126,20 +127,9 @@ func New(outbox Outbox, routes map[string]Route, logger *zap.Logger) *Forwarder 
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
-	maxConns := 0
 	for name, r := range routes {
 		f.routes[name] = newRoute(name, r)
 		f.pending[name] = 0
-		maxConns = max(maxConns, r.Concurrency)
-	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	// Keep a connection per concurrent request: a new TCP connection per
-	// delivery would cap forwarding far below intake.
-	transport.MaxIdleConnsPerHost = max(maxConns, 2)
-	f.Client = &http.Client{
-		Transport: transport,
-		// A redirect is the downstream's configuration error, not something to follow with a replayed body.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return f
 }
@@ -161,9 +151,18 @@ func (f *Forwarder) addPending(source string, n int) {
 	f.pendMu.Unlock()
 }
 
-// Open starts the scheduler; it loads what the outbox holds first.
+// Open sets up each route's connections and starts the scheduler, which
+// loads what the outbox holds first.
 func (f *Forwarder) Open() error {
 	f.ctx, f.cancel = context.WithCancel(context.Background())
+	for name, r := range f.routes {
+		c, err := f.hostClient(r.Route)
+		if err != nil {
+			f.cancel()
+			return fmt.Errorf("forward %s: %w", name, err)
+		}
+		r.client = c
+	}
 	go f.run()
 	return nil
 }
@@ -177,16 +176,19 @@ func (f *Forwarder) Close(ctx context.Context) error {
 	case <-f.done:
 	case <-ctx.Done():
 		f.cancel()
+		f.conns.closeAll()
 		<-f.done
 	}
 	f.wg.Wait()
 	f.cancel()
+	f.conns.closeAll()
 	return nil
 }
 
 type route struct {
 	Route
 	name     string
+	client   *fasthttp.HostClient
 	orphan   bool // no forward configuration: entries are dead-lettered
 	inflight int  // requests to the downstream in flight, against Concurrency
 	lanes    map[string]*lane
@@ -471,24 +473,25 @@ func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
 	return res, true
 }
 
-// post sends one attempt; status is 0 when no answer came.
+// post sends one attempt; status is 0 when no answer came. A redirect is
+// not followed: it is the downstream's configuration error, not something
+// to replay a body to.
 func (f *Forwarder) post(r *route, e *Entry, attempt int) (status int, retryAfter time.Duration, err error) {
-	ctx, cancel := context.WithTimeout(f.ctx, r.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(e.Body))
-	if err != nil {
-		return 0, 0, err
-	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(r.URL)
+	req.Header.SetMethod(http.MethodPost)
+	req.Header.SetNoDefaultContentType(true)
 	for k, v := range e.Headers {
-		req.Header.Set(k, v)
+		setHeader(req, k, v)
 	}
 	for k, v := range r.Headers {
-		req.Header.Set(k, v)
+		setHeader(req, k, v)
 	}
 	if e.ContentType != "" {
-		req.Header.Set("Content-Type", e.ContentType)
+		req.Header.SetContentType(e.ContentType)
 	}
-	req.Header.Set("User-Agent", "webhookd")
 	req.Header.Set("Idempotency-Key", e.RequestID)
 	req.Header.Set("Webhook-Source", e.Source)
 	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
@@ -507,14 +510,22 @@ func (f *Forwarder) post(r *route, e *Entry, attempt int) (status int, retryAfte
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := f.Client.Do(req)
-	if err != nil {
+	req.SetBodyRaw(e.Body)
+	err = r.client.DoTimeout(req, resp, r.Timeout)
+	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		return 0, 0, err
 	}
-	defer resp.Body.Close()
-	// Reading the answer to the end lets the connection be reused.
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return resp.StatusCode, RetryAfter(resp.Header.Get("Retry-After"), f.now()), nil
+	return resp.StatusCode(), RetryAfter(string(resp.Header.Peek("Retry-After")), f.now()), nil
+}
+
+// setHeader sets a configured or passed-through header. Those that frame
+// the request on the wire are the client's to set, and are left out.
+func setHeader(req *fasthttp.Request, k, v string) {
+	switch http.CanonicalHeaderKey(k) {
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Te", "Trailer":
+		return
+	}
+	req.Header.Set(k, v)
 }
 
 // laneHeap orders idle lanes by when their head is due, then outbox order.

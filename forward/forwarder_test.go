@@ -501,12 +501,24 @@ func TestRedeliver(t *testing.T) {
 	}
 }
 
+// Close must not wait out the forward timeout (a minute here) for a
+// downstream that hangs: it closes the connection, and the entry stays.
 func TestCloseAbandonsInFlightAndKeepsTheEntry(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	hang := make(chan struct{})
 	defer close(hang)
-	down := newDownstream(t, func(*http.Request, int) int { <-hang; return http.StatusOK })
-	f := forward.New(s, map[string]forward.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+	gone := make(chan struct{})
+	down := newDownstream(t, func(r *http.Request, _ int) int {
+		select {
+		case <-r.Context().Done(): // the client closed the connection
+			close(gone)
+		case <-hang:
+		}
+		return http.StatusOK
+	})
+	r := route(down.URL)
+	r.Timeout = time.Minute
+	f := forward.New(s, map[string]forward.Route{"billing": r}, zaptest.NewLogger(t))
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -514,8 +526,20 @@ func TestCloseAbandonsInFlightAndKeepsTheEntry(t *testing.T) {
 	eventually(t, "request in flight", func() bool { return down.active.Load() == 1 })
 	c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	if err := f.Close(c); err != nil {
-		t.Fatal(err)
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close(c) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the hanging request instead of abandoning it")
+	}
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the downstream's connection was not closed")
 	}
 	entries, _ := s.Outbox(ctx, "")
 	if len(entries) != 1 || entries[0].Attempts != 0 {

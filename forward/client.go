@@ -1,0 +1,146 @@
+package forward
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpproxy"
+	"golang.org/x/net/http/httpproxy"
+)
+
+// maxAnswer bounds how much of a downstream's answer is read. Only its
+// status and Retry-After matter; a longer answer still counts, and its
+// connection is closed instead of reused.
+const maxAnswer = 64 << 10
+
+// errClosing refuses new connections once Close has given up waiting.
+var errClosing = errors.New("forwarder is closing")
+
+// hostClient returns the connection pool for one route's downstream. Each
+// route gets its own, sized to its concurrency, so that one source's
+// connections never wait for another's. The proxy comes from HTTP_PROXY,
+// HTTPS_PROXY and NO_PROXY, read as Go's own client reads them.
+func (f *Forwarder) hostClient(r Route) (*fasthttp.HostClient, error) {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("url %q: scheme must be http or https", r.URL)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	dial, err := f.dialer(u, r.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &fasthttp.HostClient{
+		Addr:        net.JoinHostPort(u.Hostname(), port),
+		IsTLS:       u.Scheme == "https",
+		TLSConfig:   f.tlsConfig,
+		DialTimeout: f.conns.track(dial),
+		Name:        "webhookd",
+		MaxConns:    max(r.Concurrency, 1),
+		// A slot frees a moment after its answer is read; wait for it
+		// rather than fail the attempt.
+		MaxConnWaitTimeout:     r.Timeout,
+		MaxResponseBodySize:    maxAnswer,
+		DisablePathNormalizing: true,
+		// One more try on a fresh connection when a kept-alive one turns
+		// out closed: the downstream dropped it while idle. Every request
+		// carries its Idempotency-Key, so a repeat is safe; a timeout is
+		// not retried, the attempt's time is spent.
+		MaxIdemponentCallAttempts: 2,
+		RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+			return false, f.ctx.Err() == nil && !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, errClosing)
+		},
+	}, nil
+}
+
+// dialer connects to u's host directly, or through the proxy the
+// environment names for u.
+func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFuncWithTimeout, error) {
+	proxy, err := httpproxy.FromEnvironment().ProxyFunc()(u)
+	if err != nil {
+		return nil, fmt.Errorf("proxy for %s: %w", u.Redacted(), err)
+	}
+	if proxy == nil {
+		return func(addr string, timeout time.Duration) (net.Conn, error) {
+			d := net.Dialer{Timeout: timeout}
+			return d.DialContext(f.ctx, "tcp", addr)
+		}, nil
+	}
+	var dial fasthttp.DialFunc
+	switch proxy.Scheme {
+	case "http":
+		dial = fasthttpproxy.FasthttpHTTPDialerDualStackTimeout(proxy.String(), timeout)
+	case "socks5", "socks5h":
+		dial = fasthttpproxy.FasthttpSocksDialerDualStack(proxy.String())
+	default:
+		return nil, fmt.Errorf("proxy %s for %s: scheme %q is not supported (http, socks5)", proxy.Redacted(), u.Redacted(), proxy.Scheme)
+	}
+	return func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }, nil
+}
+
+// conns tracks the forwarder's open connections, because fasthttp cannot
+// cancel a request: closing its connection is how Close abandons one.
+type conns struct {
+	mu     sync.Mutex
+	open   map[*conn]struct{}
+	closed bool
+}
+
+type conn struct {
+	net.Conn
+	owner *conns
+	once  sync.Once
+}
+
+func (c *conn) Close() error {
+	c.once.Do(func() {
+		c.owner.mu.Lock()
+		delete(c.owner.open, c)
+		c.owner.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+func (cs *conns) track(dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithTimeout {
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		nc, err := dial(addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cs.closed {
+			nc.Close()
+			return nil, errClosing
+		}
+		c := &conn{Conn: nc, owner: cs}
+		if cs.open == nil {
+			cs.open = make(map[*conn]struct{})
+		}
+		cs.open[c] = struct{}{}
+		return c, nil
+	}
+}
+
+// closeAll closes every connection, idle or busy, and refuses new ones.
+func (cs *conns) closeAll() {
+	cs.mu.Lock()
+	cs.closed = true
+	open := cs.open
+	cs.open = nil
+	cs.mu.Unlock()
+	for c := range open {
+		c.Conn.Close()
+	}
+}

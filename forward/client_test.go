@@ -1,0 +1,183 @@
+package forward_test
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/store"
+)
+
+// acceptRaw accepts a delivery without a resource, with the given body and
+// content type.
+func acceptRaw(t *testing.T, s *store.Store, requestID, contentType, body string) {
+	t.Helper()
+	fp, _ := dedupe.Fingerprint([]byte(body), nil)
+	d := webhookd.Delivery{
+		Source: "billing", RequestID: requestID, Fingerprint: fp, ReceivedAt: time.Now(),
+		Forward: true, Body: []byte(body), ContentType: contentType,
+	}
+	if _, err := s.Decide(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func delivered(t *testing.T, s *store.Store, requestID string) func() bool {
+	return func() bool { return receipt(t, s, "billing", requestID).Forward.State == webhookd.ForwardDelivered }
+}
+
+// Only a long answer's status matters: it counts, and is not read whole.
+// A delivery without a content type is sent without one, and headers that
+// frame the request are the client's, whatever the configuration says.
+func TestLongAnswerNoContentTypeAndFramingHeaders(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	var gotHost, gotType atomic.Value
+	var gotClose atomic.Bool
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		gotHost.Store(r.Host)
+		gotClose.Store(r.Close)
+		gotType.Store(strings.Join(r.Header.Values("Content-Type"), ","))
+		w.Write([]byte(strings.Repeat("x", 1<<20)))
+	}))
+	t.Cleanup(down.Close)
+	r := route(down.URL)
+	r.Headers = map[string]string{"Host": "elsewhere.example", "Connection": "close", "Content-Length": "1"}
+	start(t, s, map[string]forward.Route{"billing": r})
+	acceptRaw(t, s, "req-1", "", "a=1")
+	eventually(t, "delivered", delivered(t, s, "req-1"))
+	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 1 || f.LastStatus != 200 {
+		t.Errorf("forward status = %+v, want delivered at the first attempt", f)
+	}
+	if h := gotHost.Load(); h != strings.TrimPrefix(down.URL, "http://") {
+		t.Errorf("Host = %q, want the downstream's", h)
+	}
+	if gotClose.Load() {
+		t.Error("the request asked to close its connection")
+	}
+	if ct := gotType.Load(); ct != "" {
+		t.Errorf("Content-Type = %q, want none", ct)
+	}
+}
+
+// A downstream that drops a kept-alive connection while it is idle costs
+// no attempt: the request goes again on a fresh connection.
+func TestDroppedIdleConnectionIsNotAFailedAttempt(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, nil)
+	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	acceptRaw(t, s, "req-1", "application/json", "{}")
+	eventually(t, "first delivered", delivered(t, s, "req-1"))
+	down.CloseClientConnections()
+	acceptRaw(t, s, "req-2", "application/json", "{}")
+	eventually(t, "second delivered", delivered(t, s, "req-2"))
+	if f := receipt(t, s, "billing", "req-2").Forward; f.Attempts != 1 {
+		t.Errorf("forward status = %+v, want delivered at the first attempt", f)
+	}
+}
+
+func TestForwardsOverTLS(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	var got atomic.Value
+	down := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(string(b))
+	}))
+	t.Cleanup(down.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(down.Certificate())
+	f := forward.New(s, map[string]forward.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+	forward.SetTLSConfig(f, &tls.Config{RootCAs: roots})
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	acceptRaw(t, s, "req-1", "application/json", `{"secure":true}`)
+	eventually(t, "delivered", delivered(t, s, "req-1"))
+	if b := got.Load(); b != `{"secure":true}` {
+		t.Errorf("body = %v", b)
+	}
+}
+
+// connectProxy is an HTTP proxy on loopback that tunnels CONNECT requests,
+// sending every one to target whatever host it names.
+func connectProxy(t *testing.T, target string) (addr string, tunnels *atomic.Int32) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	tunnels = new(atomic.Int32)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil || req.Method != http.MethodConnect || !strings.HasPrefix(req.Host, "downstream.invalid:") {
+					io.WriteString(c, "HTTP/1.1 400 Bad Request\r\n\r\n")
+					return
+				}
+				up, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				tunnels.Add(1)
+				io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+				go io.Copy(up, c)
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	return ln.Addr().String(), tunnels
+}
+
+// HTTP_PROXY is honoured as Go's own client honours it. The downstream's
+// name does not resolve, so only the proxy can reach it.
+func TestForwardsThroughTheEnvironmentsProxy(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, nil)
+	target := strings.TrimPrefix(down.URL, "http://")
+	proxy, tunnels := connectProxy(t, target)
+	t.Setenv("HTTP_PROXY", "http://"+proxy)
+	t.Setenv("NO_PROXY", "")
+	_, port, _ := net.SplitHostPort(target)
+	start(t, s, map[string]forward.Route{"billing": route("http://downstream.invalid:" + port + "/hooks")})
+	acceptRaw(t, s, "req-1", "application/json", "{}")
+	eventually(t, "delivered", delivered(t, s, "req-1"))
+	if n := tunnels.Load(); n < 1 {
+		t.Errorf("proxy tunnels = %d, want the delivery through it", n)
+	}
+}
+
+func TestOpenRefusesAProxyItCannotUse(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	t.Setenv("HTTPS_PROXY", "ftp://proxy.invalid:21")
+	t.Setenv("NO_PROXY", "")
+	f := forward.New(s, map[string]forward.Route{"billing": route("https://downstream.invalid/hooks")}, zaptest.NewLogger(t))
+	err := f.Open()
+	if err == nil {
+		f.Close(ctx)
+		t.Fatal("Open accepted an ftp proxy")
+	}
+	if !strings.Contains(err.Error(), "billing") || !strings.Contains(err.Error(), `scheme "ftp"`) {
+		t.Errorf("error = %v, want the source and the proxy's scheme named", err)
+	}
+}
