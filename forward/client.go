@@ -18,6 +18,10 @@ import (
 // connection is closed instead of reused.
 const maxAnswer = 64 << 10
 
+// maxAnswerHeader bounds an answer's header: fasthttp reads it whole into
+// one buffer, 4 KiB by default, which a header with a few cookies outgrows.
+const maxAnswerHeader = 64 << 10
+
 // errClosing refuses new connections once Close has given up waiting.
 var errClosing = errors.New("forwarder is closing")
 
@@ -52,6 +56,7 @@ func (f *Forwarder) hostClient(r Route) (*fasthttp.HostClient, error) {
 		// rather than fail the attempt.
 		MaxConnWaitTimeout:     r.Timeout,
 		MaxResponseBodySize:    maxAnswer,
+		ReadBufferSize:         maxAnswerHeader,
 		DisablePathNormalizing: true,
 		// One more try on a fresh connection when a kept-alive one turns
 		// out closed: the downstream dropped it while idle. Every request
