@@ -40,16 +40,18 @@ func delivered(t *testing.T, s *store.Store, requestID string) func() bool {
 	return func() bool { return receipt(t, s, "billing", requestID).Forward.State == webhookd.ForwardDelivered }
 }
 
-// Only a long answer's status matters: it counts, and is not read whole;
-// a long header does not make it fail either.
-// A delivery without a content type is sent without one, and headers that
+// The request goes to the configured URI as written, query included. A
+// delivery without a content type is sent without one, and headers that
 // frame the request are the client's, whatever the configuration says.
-func TestLongAnswerNoContentTypeAndFramingHeaders(t *testing.T) {
+// Only the answer's status matters: a long answer counts, and is not read
+// whole; a long header does not make it fail either.
+func TestRequestAndAnswerOnTheWire(t *testing.T) {
 	s := openStore(t, t.TempDir())
-	var gotHost, gotType atomic.Value
+	var gotURI, gotHost, gotType atomic.Value
 	var gotClose atomic.Bool
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		gotURI.Store(r.RequestURI)
 		gotHost.Store(r.Host)
 		gotClose.Store(r.Close)
 		gotType.Store(strings.Join(r.Header.Values("Content-Type"), ","))
@@ -59,13 +61,16 @@ func TestLongAnswerNoContentTypeAndFramingHeaders(t *testing.T) {
 		w.Write([]byte(strings.Repeat("x", 1<<20)))
 	}))
 	t.Cleanup(down.Close)
-	r := route(down.URL)
+	r := route(down.URL + "/hooks//a%2Fb?token=x%20y&n=1")
 	r.Headers = map[string]string{"Host": "elsewhere.example", "Connection": "close", "Content-Length": "1"}
 	start(t, s, map[string]forward.Route{"billing": r})
 	acceptRaw(t, s, "req-1", "", "a=1")
 	eventually(t, "delivered", delivered(t, s, "req-1"))
 	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 1 || f.LastStatus != 200 {
 		t.Errorf("forward status = %+v, want delivered at the first attempt", f)
+	}
+	if u := gotURI.Load(); u != "/hooks//a%2Fb?token=x%20y&n=1" {
+		t.Errorf("request URI = %q, want the configured one as written", u)
 	}
 	if h := gotHost.Load(); h != strings.TrimPrefix(down.URL, "http://") {
 		t.Errorf("Host = %q, want the downstream's", h)
