@@ -192,6 +192,7 @@ func TestForwardsExactBodyAndHeaders(t *testing.T) {
 		"Webhook-Attempt":  "1",
 		"Authorization":    "Bearer downstream-token",
 		"X-Request-Id":     "trace-req-1",
+		"User-Agent":       "webhookd",
 	}
 	for k, v := range want {
 		if got := a.header.Get(k); got != v {
