@@ -39,7 +39,10 @@ func (f *Forwarder) hostClient(r Route) (*fasthttp.HostClient, error) {
 	}
 	port := u.Port()
 	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
 	}
 	dial, err := f.dialer(u, r.Timeout)
 	if err != nil {
