@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd"
-	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/store"
 )
@@ -26,18 +25,10 @@ import (
 // content type.
 func acceptRaw(t *testing.T, s *store.Store, requestID, contentType, body string) {
 	t.Helper()
-	fp, _ := dedupe.Fingerprint([]byte(body), nil)
-	d := webhookd.Delivery{
-		Source: "billing", RequestID: requestID, Fingerprint: fp, ReceivedAt: time.Now(),
+	decide(t, s, webhookd.Delivery{
+		Source: "billing", RequestID: requestID, ReceivedAt: time.Now(),
 		Forward: true, Body: []byte(body), ContentType: contentType,
-	}
-	if _, err := s.Decide(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func delivered(t *testing.T, s *store.Store, requestID string) func() bool {
-	return func() bool { return receipt(t, s, "billing", requestID).Forward.State == webhookd.ForwardDelivered }
+	})
 }
 
 // The request goes to the configured URI as written, query included. A

@@ -127,15 +127,21 @@ func start(t *testing.T, s *store.Store, routes map[string]forward.Route) *forwa
 func accept(t *testing.T, s *store.Store, source, requestID, resource string, version int) webhookd.Decision {
 	t.Helper()
 	body := fmt.Sprintf(`{"id":%q,"object":%q,"version":%d}`, requestID, resource, version)
-	fp, _ := dedupe.Fingerprint([]byte(body), nil)
 	d := webhookd.Delivery{
-		Source: source, RequestID: requestID, DeliveryID: "dlv-" + requestID, Fingerprint: fp, ReceivedAt: time.Now(),
+		Source: source, RequestID: requestID, DeliveryID: "dlv-" + requestID, ReceivedAt: time.Now(),
 		Forward: true, Body: []byte(body), ContentType: "application/json; charset=utf-8",
 		Headers: map[string]string{"X-Request-Id": "trace-" + requestID},
 	}
 	if resource != "" {
 		d.Resource, d.Version, d.VersionOrder = resource, strconv.Itoa(version), uint64(version)
 	}
+	return decide(t, s, d)
+}
+
+// decide fingerprints d's body and decides d.
+func decide(t *testing.T, s *store.Store, d webhookd.Delivery) webhookd.Decision {
+	t.Helper()
+	d.Fingerprint, _ = dedupe.Fingerprint(d.Body, nil)
 	out, err := s.Decide(ctx, d)
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +168,11 @@ func receipt(t *testing.T, s *store.Store, source, requestID string) *dedupe.Rec
 		t.Fatal(err)
 	}
 	return r
+}
+
+// delivered reports whether billing's requestID is recorded as delivered.
+func delivered(t *testing.T, s *store.Store, requestID string) func() bool {
+	return func() bool { return receipt(t, s, "billing", requestID).Forward.State == webhookd.ForwardDelivered }
 }
 
 func outboxEmpty(t *testing.T, s *store.Store) func() bool {
@@ -202,7 +213,7 @@ func TestForwardsExactBodyAndHeaders(t *testing.T) {
 	if a.body != `{"id":"req-1","object":"sub_1","version":7}` {
 		t.Errorf("body = %q", a.body)
 	}
-	eventually(t, "receipt delivered", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDelivered })
+	eventually(t, "receipt delivered", delivered(t, s, "req-1"))
 	f := receipt(t, s, "billing", "req-1").Forward
 	if f.Attempts != 1 || f.LastStatus != 200 || f.DeliveredAt == nil {
 		t.Errorf("forward status = %+v", f)
@@ -271,7 +282,7 @@ func TestFailsTwiceThenDelivered(t *testing.T) {
 	})
 	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
 	accept(t, s, "billing", "req-1", "", 0)
-	eventually(t, "receipt delivered", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDelivered })
+	eventually(t, "receipt delivered", delivered(t, s, "req-1"))
 	all := down.all()
 	if len(all) != 3 {
 		t.Fatalf("downstream got %d requests, want 3", len(all))
@@ -367,7 +378,7 @@ func TestDownstreamDownPastMaxAttemptsThenRetried(t *testing.T) {
 	if err := s.RetryDeadLetter(ctx, "billing", "req-1"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "delivered after retry", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDelivered })
+	eventually(t, "delivered after retry", delivered(t, s, "req-1"))
 	if got.Load() != 1 {
 		t.Errorf("downstream got req-1 %d times, want 1", got.Load())
 	}
@@ -479,7 +490,7 @@ func TestRedeliver(t *testing.T) {
 	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
 	accept(t, s, "billing", "req-1", "sub_1", 1)
 	accept(t, s, "billing", "req-0", "sub_1", 0) // stale
-	eventually(t, "delivered", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDelivered })
+	eventually(t, "delivered", delivered(t, s, "req-1"))
 	if err := s.Redeliver(ctx, "billing", "req-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -493,7 +504,7 @@ func TestRedeliver(t *testing.T) {
 		t.Errorf("redeliver a stale request: %v, want conflict", err)
 	}
 	accept(t, s, "billing", "req-2", "sub_1", 2)
-	eventually(t, "v2 delivered", func() bool { return receipt(t, s, "billing", "req-2").Forward.State == webhookd.ForwardDelivered })
+	eventually(t, "v2 delivered", delivered(t, s, "req-2"))
 	if err := s.Redeliver(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
 		t.Errorf("redeliver v1 after v2: %v, want conflict", err)
 	}
