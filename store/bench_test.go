@@ -1,7 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +15,7 @@ import (
 // BenchmarkDecide measures the decision path with many deliveries in
 // flight, as under load: unique request IDs, durable (synced) commits,
 // group-committed by the writer. Run with -cpu to vary the parallelism.
+// disk-B/op is what the process had written to disk per decision (Linux).
 func BenchmarkDecide(b *testing.B) {
 	for _, forward := range []bool{false, true} {
 		b.Run(fmt.Sprintf("forward=%v", forward), func(b *testing.B) {
@@ -25,6 +29,7 @@ func BenchmarkDecide(b *testing.B) {
 			var n atomic.Int64
 			b.SetParallelism(32) // in-flight deliveries per CPU, like concurrent HTTP requests
 			b.ReportAllocs()
+			written := diskWritten()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -37,6 +42,9 @@ func BenchmarkDecide(b *testing.B) {
 					}
 				}
 			})
+			if written >= 0 {
+				b.ReportMetric(float64(diskWritten()-written)/float64(b.N), "disk-B/op")
+			}
 		})
 	}
 }
@@ -66,4 +74,21 @@ func BenchmarkDecideDuplicate(b *testing.B) {
 			}
 		}
 	})
+}
+
+// diskWritten returns the bytes this process has had written to disk so
+// far, or -1 where /proc/self/io does not say.
+func diskWritten() int64 {
+	io, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return -1
+	}
+	for _, line := range bytes.Split(io, []byte{'\n'}) {
+		if v, ok := bytes.CutPrefix(line, []byte("write_bytes: ")); ok {
+			if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }

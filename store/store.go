@@ -35,13 +35,14 @@ type Store struct {
 	MaxBatch   int
 	Logger     *zap.Logger
 
-	db      *badger.DB
-	ops     chan *op
-	notify  chan struct{} // signalled after a commit that added outbox entries
-	mu      sync.RWMutex  // guards closed against submitters racing Close
-	closed  bool
-	closing chan struct{}
-	wg      sync.WaitGroup
+	db        *badger.DB
+	ops       chan *op
+	notify    chan struct{} // signalled after a commit that added outbox entries
+	committed chan struct{} // signalled after every commit, for adviseLogs
+	mu        sync.RWMutex  // guards closed against submitters racing Close
+	closed    bool
+	closing   chan struct{}
+	wg        sync.WaitGroup
 
 	nextSeq uint64       // next outbox position; owned by the writer goroutine
 	latest  *latestCache // owned by the writer goroutine
@@ -61,6 +62,7 @@ func New(path string) *Store {
 		Logger:     zap.NewNop(),
 		closing:    make(chan struct{}),
 		notify:     make(chan struct{}, 1),
+		committed:  make(chan struct{}, 1),
 	}
 }
 
@@ -102,9 +104,10 @@ func (s *Store) Open() error {
 	s.tail.from = s.nextSeq
 	s.latest = newLatestCache(latestCacheSize)
 	s.ops = make(chan *op, s.MaxBatch)
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.write()
 	go s.collectGarbage()
+	go s.adviseLogs()
 	return nil
 }
 
@@ -246,13 +249,11 @@ func (s *Store) commit(ops []*op) int {
 		s.latest.reset()
 	} else {
 		s.latest.committed()
+		signal(s.committed)
 	}
 	if commitErr == nil && len(added) > 0 {
 		s.tail.add(added)
-		select {
-		case s.notify <- struct{}{}:
-		default: // a signal is already waiting, and one is enough
-		}
+		signal(s.notify)
 	}
 	for i, o := range ops {
 		if errs[i] == nil {
@@ -261,6 +262,15 @@ func (s *Store) commit(ops []*op) int {
 		o.done <- errs[i]
 	}
 	return len(ops)
+}
+
+// signal wakes the goroutine waiting on c, unless a signal already waits:
+// one is enough.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 func (s *Store) collectGarbage() {

@@ -1,0 +1,96 @@
+package store
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMemtableLogsAreAdvisedRandom(t *testing.T) {
+	dir := t.TempDir()
+	s := New(dir)
+	s.Logger = zaptest.NewLogger(t)
+	s.memTableSize = 1 << 20 // a few MB of writes rotate the memtable, and its log, a few times
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pad := strings.Repeat("x", 4<<10)
+	for i := range 1000 {
+		mustDecide(t, s, delivery(fmt.Sprint("req-", i), "d", fmt.Sprintf(`{"n":%d,"pad":%q}`, i, pad)))
+	}
+
+	// The advice follows commits; wait for the scan after the last one.
+	var logs map[string][]string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if logs = logMappings(t, dir); len(logs) > 0 && allAdvised(logs) {
+			break
+		}
+	}
+	if len(logs) == 0 {
+		t.Fatal("no memtable log mapped")
+	}
+	for path, flags := range logs {
+		if !slices.Contains(flags, "rr") {
+			t.Errorf("%s is mapped without MADV_RANDOM (VmFlags %v)", filepath.Base(path), flags)
+		}
+	}
+	// Logs created after Open, by rotation, are advised too.
+	if _, err := os.Stat(filepath.Join(dir, "00001.mem")); !os.IsNotExist(err) {
+		t.Errorf("the first memtable log is still there (stat: %v): the memtable never rotated", err)
+	}
+}
+
+// logMappings returns the VmFlags of each mapping of a memtable log in dir,
+// by path, from /proc/self/smaps.
+func logMappings(t *testing.T, dir string) map[string][]string {
+	t.Helper()
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	logs := map[string][]string{}
+	var path string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) == 0:
+		case fields[0] == "VmFlags:":
+			if path != "" {
+				logs[path] = fields[1:]
+			}
+		case !strings.HasSuffix(fields[0], ":"): // a mapping's header line
+			path = ""
+			if i := strings.IndexByte(line, '/'); i >= 0 && strings.HasSuffix(line, ".mem") && filepath.Dir(line[i:]) == real {
+				path = line[i:]
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return logs
+}
+
+func allAdvised(logs map[string][]string) bool {
+	for _, flags := range logs {
+		if !slices.Contains(flags, "rr") {
+			return false
+		}
+	}
+	return true
+}
