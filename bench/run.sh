@@ -98,6 +98,7 @@ children_cpu() {
 	times >"$WORK/times"
 	CHILD_CPU=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$WORK/times")
 }
+written() { awk '/^write_bytes:/ { print $2 }' "/proc/$1/io"; } # bytes the process had written to disk
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 rss_detail() { awk '/^(VmRSS|RssAnon|RssFile):/ { printf "%s %.0f MiB ", $1, $2 / 1024 }' "/proc/$1/status"; }
 disk_bytes() { du -sk "$1" | awk '{ printf "%.0f", $1 * 1024 }'; } # allocated blocks, not apparent size
@@ -142,14 +143,14 @@ phase() {
 	local name=$1 pid=$2 url=$3
 	shift 3
 	local out=$WORK/wrk-$name.txt before=() after=()
-	local t0 t1 c0 c1 d0=0 d1=0 s0 s1 w0 w1 # wall clock; CPU of server, downstream, machine, wrk
+	local t0 t1 c0 c1 d0=0 d1=0 s0 s1 w0 w1 io0 io1 # wall clock; CPU of server, downstream, machine, wrk; server's disk writes
 	[ "$name" = ceiling ] || read -ra before <<<"$(counters)"
 	children_cpu
-	w0=$CHILD_CPU c0=$(cpu_ticks "$pid") s0=$(sys_ticks) t0=$(now)
+	w0=$CHILD_CPU c0=$(cpu_ticks "$pid") s0=$(sys_ticks) io0=$(written "$pid") t0=$(now)
 	[ -z "$DOWN_PID" ] || d0=$(cpu_ticks "$DOWN_PID")
 	section "phase $name: wrk -t$THREADS -c$CONNS -d${DURATION}s --latency $url -- $*"
 	wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s bench/webhook.lua "$url" -- "$@" | tee "$out"
-	t1=$(now) c1=$(cpu_ticks "$pid") s1=$(sys_ticks)
+	t1=$(now) c1=$(cpu_ticks "$pid") s1=$(sys_ticks) io1=$(written "$pid")
 	[ -z "$DOWN_PID" ] || d1=$(cpu_ticks "$DOWN_PID")
 	children_cpu
 	w1=$CHILD_CPU
@@ -184,7 +185,7 @@ phase() {
 		decisions="acc $((after[0] - before[0])) dup $((after[1] - before[1])) stale $((after[2] - before[2]))"
 		decisions+=" confl $((after[3] - before[3])) rej $((after[4] - before[4]))"
 	fi
-	ROWS+=("$name|$rps|$(calc "$p50_us / 1000" 2)|$(calc "$p90_us / 1000" 2)|$(calc "$p99_us / 1000" 2)|$(calc "$max_us / 1000")|$ratio|$fwd|$outbox|$rss|$perreceipt|$cpu|$downcpu|$wrkcpu|$other|$steal|$non2xx3xx / $((connect + read + write + timeout))|$decisions")
+	ROWS+=("$name|$rps|$(calc "$p50_us / 1000" 2)|$(calc "$p90_us / 1000" 2)|$(calc "$p99_us / 1000" 2)|$(calc "$max_us / 1000")|$ratio|$fwd|$outbox|$rss|$perreceipt|$(calc "($io1 - $io0) / $requests / 1024" 1)|$cpu|$downcpu|$wrkcpu|$other|$steal|$non2xx3xx / $((connect + read + write + timeout))|$decisions")
 }
 
 say "machine: $(nproc) cores, $(awk '/^model name/ { sub(/.*: /, ""); print; exit }' /proc/cpuinfo), $(awk '/^MemTotal:/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, kernel $(uname -r), $(go version | cut -d' ' -f3), load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -286,7 +287,7 @@ drain() {
 	read -ra c <<<"$(counters)"
 	wall=$(calc "$d1 - $d0" 3)
 	say "drain: $((c[5] - drained)) forwarded in $(calc "$wall" 1)s ($(calc "(${c[5]} - $drained) / $wall")/s); outbox pending now $pending"
-	DRAIN_ROW="drain|-|-|-|-|-|-|$(calc "(${c[5]} - $drained) / $wall")|$pending|$(calc "$(rss_kb "$HOOKD_PID") / 1024")|-"
+	DRAIN_ROW="drain|-|-|-|-|-|-|$(calc "(${c[5]} - $drained) / $wall")|$pending|$(calc "$(rss_kb "$HOOKD_PID") / 1024")|-|-"
 	DRAIN_ROW+="|$(calc "($c1 - $c0) / $CLK_TCK / $wall * 100")|$(calc "($dc1 - $dc0) / $CLK_TCK / $wall * 100")|-|-|-|-|forwarded $((c[5] - drained)) in $(calc "$wall" 1) s"
 	if [ "$pending" -gt 0 ]; then
 		say "OUTBOX DID NOT DRAIN within ${DRAIN_TIMEOUT}s; first entries:"
@@ -315,8 +316,9 @@ section "results: wrk -t$THREADS -c$CONNS -d${DURATION}s per phase, 1024-byte bo
 say "vs ceiling = req/s / ceiling req/s; RSS = the server's VmRSS right after the phase"
 say "CPU columns: % of one core over the phase (utime+stime from /proc); other = busy machine time not in the three processes (kernel, other processes); steal = taken by the hypervisor"
 say "fwd/s = forwards delivered during the phase / phase time; outbox = pending right after the phase; B/receipt = du of the data dir / (accepted + stale) so far"
+say "KiB written/req = what the server had written to disk during the phase (/proc write_bytes) / requests"
 {
-	echo "phase|req/s|p50 ms|p90 ms|p99 ms|max ms|vs ceiling|fwd/s|outbox|RSS MiB|B/receipt|CPU server|CPU downstr|CPU wrk|CPU other|steal|non-2xx / sock err|decisions"
+	echo "phase|req/s|p50 ms|p90 ms|p99 ms|max ms|vs ceiling|fwd/s|outbox|RSS MiB|B/receipt|KiB written/req|CPU server|CPU downstr|CPU wrk|CPU other|steal|non-2xx / sock err|decisions"
 	printf '%s\n' "${ROWS[@]:1}" "${ROWS[0]}"
 } | column -t -s'|' -o' | '
 
