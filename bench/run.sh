@@ -122,6 +122,18 @@ ends() {
 		for (i = 1; i <= k; i++) { a += v[i]; b += v[NR - k + i] }
 		printf "%.0f -> %.0f MiB (%+.1f %%)", a / k / 1024, b / k / 1024, (b - a) * 100 / a }'
 }
+# server_buckets SOURCE: SOURCE's intake-duration histogram in the last
+# scrape, one "le count" line per bucket.
+server_buckets() {
+	awk -v src="source=\"$1\"" 'index($0, "webhookd_intake_duration_seconds_bucket{") == 1 && index($0, src) {
+		match($0, /le="[^"]*"/); print substr($0, RSTART + 4, RLENGTH - 5), $NF }' "$WORK/metrics.txt"
+}
+# server_p99 BEFORE AFTER: the upper bound in ms of the bucket that holds the
+# 99th percentile of the requests counted between two server_buckets files.
+server_p99() {
+	awk 'FILENAME == ARGV[1] { before[$1] = $2; next } { le[FNR] = $1; n[FNR] = $2 - before[$1] } END {
+		for (i = 1; i <= FNR; i++) if (n[i] >= 0.99 * n[FNR]) { print le[i] == "+Inf" ? "inf" : le[i] * 1000; exit } }' "$1" "$2"
+}
 decided() { metric webhookd_deliveries_total "decision=\"$1\""; }
 delivered() { metric webhookd_forward_attempts_total 'result="delivered"'; }
 counters() { # accepted duplicate stale conflict rejected delivered retry dead
@@ -144,7 +156,10 @@ phase() {
 	shift 3
 	local out=$WORK/wrk-$name.txt before=() after=()
 	local t0 t1 c0 c1 d0=0 d1=0 s0 s1 w0 w1 io0 io1 # wall clock; CPU of server, downstream, machine, wrk; server's disk writes
-	[ "$name" = ceiling ] || read -ra before <<<"$(counters)"
+	if [ "$name" != ceiling ]; then
+		read -ra before <<<"$(counters)"
+		server_buckets "${url##*/}" >"$WORK/buckets-before"
+	fi
 	children_cpu
 	w0=$CHILD_CPU c0=$(cpu_ticks "$pid") s0=$(sys_ticks) io0=$(written "$pid") t0=$(now)
 	[ -z "$DOWN_PID" ] || d0=$(cpu_ticks "$DOWN_PID")
@@ -171,13 +186,15 @@ phase() {
 	local requests duration_us p50_us p90_us p99_us max_us non2xx3xx connect read write timeout
 	eval "$(awk '/^BENCH / { for (i = 2; i <= NF; i++) print "local " $i }' "$out")"
 	while read -r _ tid sent; do SENT[${tid#tid=}]=${sent#sent=}; done < <(grep '^BENCH_THREAD' "$out")
-	local rps ratio="-" fwd="-" outbox="-" perreceipt="-" decisions="-" rss
+	local rps ratio="-" fwd="-" outbox="-" perreceipt="-" decisions="-" rss serverp99="-"
 	rps=$(calc "$requests / ($duration_us / 1e6)")
 	rss=$(calc "$(rss_kb "$pid") / 1024")
 	if [ "$name" = ceiling ]; then
 		CEILING_RPS=$rps
 	else
 		read -ra after <<<"$(counters)"
+		server_buckets "${url##*/}" >"$WORK/buckets-after"
+		serverp99="≤ $(server_p99 "$WORK/buckets-before" "$WORK/buckets-after")"
 		[ "$CEILING_RPS" = 0 ] || ratio=$(calc "$rps / $CEILING_RPS" 2)
 		fwd=$(calc "(${after[5]} - ${before[5]}) / $wall")
 		outbox=$(metric webhookd_outbox_pending 'source="bench"')
@@ -185,7 +202,7 @@ phase() {
 		decisions="acc $((after[0] - before[0])) dup $((after[1] - before[1])) stale $((after[2] - before[2]))"
 		decisions+=" confl $((after[3] - before[3])) rej $((after[4] - before[4]))"
 	fi
-	ROWS+=("$name|$rps|$(calc "$p50_us / 1000" 2)|$(calc "$p90_us / 1000" 2)|$(calc "$p99_us / 1000" 2)|$(calc "$max_us / 1000")|$ratio|$fwd|$outbox|$rss|$perreceipt|$(calc "($io1 - $io0) / $requests / 1024" 1)|$cpu|$downcpu|$wrkcpu|$other|$steal|$non2xx3xx / $((connect + read + write + timeout))|$decisions")
+	ROWS+=("$name|$rps|$(calc "$p50_us / 1000" 2)|$(calc "$p90_us / 1000" 2)|$(calc "$p99_us / 1000" 2)|$(calc "$max_us / 1000")|$serverp99|$ratio|$fwd|$outbox|$rss|$perreceipt|$(calc "($io1 - $io0) / $requests / 1024" 1)|$cpu|$downcpu|$wrkcpu|$other|$steal|$non2xx3xx / $((connect + read + write + timeout))|$decisions")
 }
 
 say "machine: $(nproc) cores, $(awk '/^model name/ { sub(/.*: /, ""); print; exit }' /proc/cpuinfo), $(awk '/^MemTotal:/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, kernel $(uname -r), $(go version | cut -d' ' -f3), load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -287,7 +304,7 @@ drain() {
 	read -ra c <<<"$(counters)"
 	wall=$(calc "$d1 - $d0" 3)
 	say "drain: $((c[5] - drained)) forwarded in $(calc "$wall" 1)s ($(calc "(${c[5]} - $drained) / $wall")/s); outbox pending now $pending"
-	DRAIN_ROW="drain|-|-|-|-|-|-|$(calc "(${c[5]} - $drained) / $wall")|$pending|$(calc "$(rss_kb "$HOOKD_PID") / 1024")|-|-"
+	DRAIN_ROW="drain|-|-|-|-|-|-|-|$(calc "(${c[5]} - $drained) / $wall")|$pending|$(calc "$(rss_kb "$HOOKD_PID") / 1024")|-|-"
 	DRAIN_ROW+="|$(calc "($c1 - $c0) / $CLK_TCK / $wall * 100")|$(calc "($dc1 - $dc0) / $CLK_TCK / $wall * 100")|-|-|-|-|forwarded $((c[5] - drained)) in $(calc "$wall" 1) s"
 	if [ "$pending" -gt 0 ]; then
 		say "OUTBOX DID NOT DRAIN within ${DRAIN_TIMEOUT}s; first entries:"
@@ -316,9 +333,10 @@ section "results: wrk -t$THREADS -c$CONNS -d${DURATION}s per phase, 1024-byte bo
 say "vs ceiling = req/s / ceiling req/s; RSS = the server's VmRSS right after the phase"
 say "CPU columns: % of one core over the phase (utime+stime from /proc); other = busy machine time not in the three processes (kernel, other processes); steal = taken by the hypervisor"
 say "fwd/s = forwards delivered during the phase / phase time; outbox = pending right after the phase; B/receipt = du of the data dir / (accepted + stale) so far"
+say "p50-max: wrk's, request written to answer read; server p99: the bucket of webhookd_intake_duration_seconds (handler start to answer) that holds the phase's 99th percentile"
 say "KiB written/req = what the server had written to disk during the phase (/proc write_bytes) / requests"
 {
-	echo "phase|req/s|p50 ms|p90 ms|p99 ms|max ms|vs ceiling|fwd/s|outbox|RSS MiB|B/receipt|KiB written/req|CPU server|CPU downstr|CPU wrk|CPU other|steal|non-2xx / sock err|decisions"
+	echo "phase|req/s|p50 ms|p90 ms|p99 ms|max ms|server p99 ms|vs ceiling|fwd/s|outbox|RSS MiB|B/receipt|KiB written/req|CPU server|CPU downstr|CPU wrk|CPU other|steal|non-2xx / sock err|decisions"
 	printf '%s\n' "${ROWS[@]:1}" "${ROWS[0]}"
 } | column -t -s'|' -o' | '
 

@@ -48,9 +48,10 @@ func New(g Gauges) *Metrics {
 			Help: "Requests refused before a decision, by source and reason (signature, invalid, too_large, unknown_source, unavailable, internal).",
 		}, []string{"source", "reason"}),
 		intake: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "webhookd_intake_duration_seconds",
-			Help:    "Time from request to answer on the public listener, including the durable commit, by source.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+			Name: "webhookd_intake_duration_seconds",
+			Help: "Time from request to answer on the public listener, including the durable commit, by source.",
+			// Fine enough between 5 and 25 ms to check a p99 objective in that range.
+			Buckets: []float64{.0005, .001, .0025, .005, .0075, .01, .015, .02, .025, .05, .1, .25, .5, 1},
 		}, []string{"source"}),
 		forwardAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhookd_forward_attempts_total",
