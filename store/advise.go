@@ -25,8 +25,6 @@ func (s *Store) adviseLogs() {
 		}
 	}
 	advised := map[string]bool{}
-	pause := time.NewTimer(0)
-	defer pause.Stop()
 	for {
 		select {
 		case <-s.closing:
@@ -38,11 +36,10 @@ func (s *Store) adviseLogs() {
 				zap.Error(err))
 			return
 		}
-		pause.Reset(adviseInterval)
 		select {
 		case <-s.closing:
 			return
-		case <-pause.C:
+		case <-time.After(adviseInterval):
 		}
 	}
 }

@@ -21,7 +21,7 @@
 // On Linux a goroutine follows the commits and turns readahead off
 // (MADV_RANDOM) for Badger's memtable logs (adviseLogs): with readahead, the
 // kernel caches a log in large folios, and the sync of every commit writes
-// whole folios back, some 25 times the bytes the commit changed.
+// whole folios back, 10 to 25 times the bytes the commit changed.
 //
 // Values read from Badger are copied out of the transaction (ValueCopy or
 // decoding), since Badger's bytes are valid only inside it.
