@@ -1,6 +1,7 @@
 package store
 
 import (
+	"os"
 	"path/filepath"
 	"time"
 
@@ -11,10 +12,19 @@ import (
 // advise. A new log is found after at most this much of the writes it takes.
 const adviseInterval = 20 * time.Millisecond
 
+// dirSettled is how long after the data directory last changed every log
+// created in it is surely mapped: Badger maps a log right after creating it.
+const dirSettled = 100 * time.Millisecond
+
 // adviseLogs keeps readahead off Badger's memtable logs (see
 // adviseRandom): after commits, at most once per adviseInterval, it advises
 // the log mappings it has not advised yet. Badger creates a log whenever it
 // rotates its memtable and offers no hook for it, so this follows commits.
+//
+// Reading /proc/self/maps costs tens of microseconds, more as Badger maps
+// more tables, so it is read only while the directory's entries may have
+// changed since it was last read: a new log is a new file, and a new file
+// changes the directory's modification time.
 func (s *Store) adviseLogs() {
 	defer s.wg.Done()
 	dir, err := filepath.Abs(s.Path)
@@ -25,16 +35,23 @@ func (s *Store) adviseLogs() {
 		}
 	}
 	advised := map[string]bool{}
+	var settled time.Time // the directory's modification time when last seen settled
 	for {
 		select {
 		case <-s.closing:
 			return
 		case <-s.committed:
 		}
-		if advised, err = adviseRandom(dir, advised); err != nil {
-			s.Logger.Warn("cannot advise Badger's memtable logs: commits may write whole cached folios instead of the pages they change",
-				zap.Error(err))
-			return
+		fi, err := os.Stat(dir)
+		if err != nil || !fi.ModTime().Equal(settled) {
+			if advised, err = adviseRandom(dir, advised); err != nil {
+				s.Logger.Warn("cannot advise Badger's memtable logs: commits may write whole cached folios instead of the pages they change",
+					zap.Error(err))
+				return
+			}
+			if fi != nil && time.Since(fi.ModTime()) > dirSettled {
+				settled = fi.ModTime()
+			}
 		}
 		select {
 		case <-s.closing:
