@@ -27,12 +27,10 @@ const dirSettled = 100 * time.Millisecond
 // changes the directory's modification time.
 func (s *Store) adviseLogs() {
 	defer s.wg.Done()
-	dir, err := filepath.Abs(s.Path)
-	if err == nil {
-		// The kernel names mapped files by their real path.
-		if real, err := filepath.EvalSymlinks(dir); err == nil {
-			dir = real
-		}
+	dir, _ := filepath.Abs(s.Path)
+	// The kernel names mapped files by their real path.
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
 	}
 	advised := map[string]bool{}
 	var settled time.Time // the directory's modification time when last seen settled

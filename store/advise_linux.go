@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,13 +30,10 @@ func adviseRandom(dir string, advised map[string]bool) (map[string]bool, error) 
 		return advised, err
 	}
 	now := make(map[string]bool, len(advised))
-	for _, line := range bytes.Split(maps, []byte{'\n'}) {
-		// start-end perms offset dev inode path; only the path has a '/'.
-		slash := bytes.IndexByte(line, '/')
-		if slash < 0 || !bytes.HasSuffix(line, []byte(".mem")) || filepath.Dir(string(line[slash:])) != dir {
+	for mapping := range strings.SplitSeq(string(maps), "\n") {
+		if logPath(mapping, dir) == "" {
 			continue
 		}
-		mapping := string(line)
 		if !advised[mapping] {
 			if err := madviseRandom(mapping); err != nil {
 				return advised, err
@@ -46,6 +42,16 @@ func adviseRandom(dir string, advised map[string]bool) (map[string]bool, error) 
 		now[mapping] = true
 	}
 	return now, nil
+}
+
+// logPath returns the path of the memtable log in dir that a line of
+// /proc/self/maps (start-end perms offset dev inode path) maps, or "".
+func logPath(line, dir string) string {
+	slash := strings.IndexByte(line, '/') // only the path has one
+	if slash < 0 || !strings.HasSuffix(line, ".mem") || filepath.Dir(line[slash:]) != dir {
+		return ""
+	}
+	return line[slash:]
 }
 
 // madviseRandom advises MADV_RANDOM for the address range at the start of

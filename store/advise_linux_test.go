@@ -73,11 +73,8 @@ func logMappings(t *testing.T, dir string) map[string][]string {
 			if path != "" {
 				logs[path] = fields[1:]
 			}
-		case !strings.HasSuffix(fields[0], ":"): // a mapping's header line
-			path = ""
-			if i := strings.IndexByte(line, '/'); i >= 0 && strings.HasSuffix(line, ".mem") && filepath.Dir(line[i:]) == real {
-				path = line[i:]
-			}
+		case !strings.HasSuffix(fields[0], ":"): // a mapping's header line, as in /proc/self/maps
+			path = logPath(line, real)
 		}
 	}
 	if err := sc.Err(); err != nil {
