@@ -129,6 +129,7 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 	// Go's profiler, behind the token: how the performance figures in the
 	// README were investigated, and how a production slowdown can be.
 	s.admin.Get("/debug/pprof/profile", adaptor.HTTPHandlerFunc(pprof.Profile))
+	s.admin.Get("/debug/pprof/trace", adaptor.HTTPHandlerFunc(pprof.Trace))
 	s.admin.Get("/debug/pprof/*", adaptor.HTTPHandlerFunc(pprof.Index))
 	return s, nil
 }

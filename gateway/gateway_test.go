@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -399,6 +400,26 @@ func TestProfilerNeedsTheToken(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "heap profile") {
 		t.Errorf("heap profile with the token: %d %.80q", resp.StatusCode, body)
+	}
+}
+
+// The execution trace shows what a CPU profile cannot: how long goroutines
+// wait for a thread, and for the network poller to notice them.
+func TestExecutionTraceNeedsTheToken(t *testing.T) {
+	f := newFixture(t, nil)
+	const path = "/debug/pprof/trace?seconds=0.05"
+	if r, _ := f.server.Admin().Test(httptest.NewRequest(http.MethodGet, path, nil), -1); r.StatusCode != 401 {
+		t.Errorf("trace without the token: %d, want 401", r.StatusCode)
+	}
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Header.Set("Authorization", "Bearer t0ken")
+	resp, err := f.server.Admin().Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !bytes.HasPrefix(body, []byte("go 1.")) || !bytes.Contains(body[:16], []byte(" trace")) {
+		t.Errorf("trace with the token: %d %.40q, want a Go execution trace", resp.StatusCode, body)
 	}
 }
 
