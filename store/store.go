@@ -375,7 +375,7 @@ func (t *tx) getRaw(key []byte) ([]byte, error) {
 
 // set stages v as JSON at key; expiresAt is a Unix time in seconds, 0 for never.
 func (t *tx) set(key []byte, v any, expiresAt uint64) error {
-	b, err := json.Marshal(v)
+	b, err := encode(v)
 	if err != nil {
 		return fmt.Errorf("encode %q: %w", key, err)
 	}
