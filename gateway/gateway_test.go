@@ -239,6 +239,7 @@ func TestConcurrentDeliveriesOfOneRequestID(t *testing.T) {
 func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	f := newFixture(t, nil)
 	long := strings.Repeat("x", 257)
+	longRunes := strings.Repeat("é", 129) // 129 characters, 258 bytes
 	tests := []struct {
 		name      string
 		method    string
@@ -258,6 +259,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"request ID missing", "POST", "billing", `{"data":{"object":{"id":"s","version":1}}}`, nil, 400, "request_id", ""},
 		{"request ID empty", "POST", "billing", billing("", "s", 1), nil, 400, "request_id", ""},
 		{"request ID too long", "POST", "billing", billing(long, "s", 1), nil, 400, "request_id", long},
+		{"request ID too long in bytes", "POST", "billing", billing(longRunes, "s", 1), nil, 400, "request_id", longRunes},
 		{"request ID with a control character", "POST", "billing", billing("r\u0007x", "s", 1), nil, 400, "request_id", "r\u0007x"},
 		{"request ID is an object", "POST", "billing", `{"request_id":{"a":1},"data":{"object":{"id":"s","version":1}}}`, nil, 400, "request_id", ""},
 		{"request ID is null", "POST", "billing", `{"request_id":null,"data":{"object":{"id":"s","version":1}}}`, nil, 400, "request_id", ""},
