@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
@@ -472,5 +475,43 @@ func TestShutdownDoesNotWaitForSilentConnections(t *testing.T) {
 	defer cancel()
 	if err := f.server.Shutdown(ctx); err != nil {
 		t.Errorf("shutdown with a silent connection open: %v", err)
+	}
+}
+
+func TestOneLogLinePerDelivery(t *testing.T) {
+	f := newFixture(t, nil)
+	core, logs := observer.New(zapcore.InfoLevel)
+	f.server.logger = zap.New(core)
+	f.post("billing", billing("req-log", "sub_1", 1), "X-Delivery-Id", "d1")
+	f.post("billing", billing("req-log", "sub_1", 1), "X-Delivery-Id", "d2")
+	f.post("billing", billing("", "sub_1", 1))
+	want := []map[string]any{
+		{"request_id": "req-log", "delivery_id": "d1", "resource": "sub_1", "version": "1", "decision": "accepted", "status": int64(202)},
+		{"request_id": "req-log", "delivery_id": "d2", "resource": "sub_1", "version": "1", "decision": "duplicate", "status": int64(200)},
+		{"request_id": "", "decision": "rejected", "status": int64(400)},
+	}
+	lines := logs.FilterMessage("delivery").All()
+	if len(lines) != len(want) {
+		t.Fatalf("%d delivery lines, want %d: %v", len(lines), len(want), lines)
+	}
+	for i, line := range lines {
+		fields := line.ContextMap()
+		if fields["source"] != "billing" || fields["latency"] == nil {
+			t.Errorf("line %d: source %v, latency %v", i, fields["source"], fields["latency"])
+		}
+		for k, v := range want[i] {
+			if fields[k] != v {
+				t.Errorf("line %d: %s = %v (%T), want %v", i, k, fields[k], fields[k], v)
+			}
+		}
+	}
+	if reason := lines[2].ContextMap()["reason"]; reason == nil {
+		t.Error("the rejected delivery's line has no reason")
+	}
+	core, logs = observer.New(zapcore.WarnLevel)
+	f.server.logger = zap.New(core)
+	f.post("billing", billing("req-quiet", "sub_1", 2))
+	if logs.Len() != 0 {
+		t.Errorf("at warn level, %d lines logged", logs.Len())
 	}
 }
