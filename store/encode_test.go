@@ -51,6 +51,7 @@ func FuzzEncode(f *testing.F) {
 			r.Forward.NextAttemptAt, r.Forward.DeliveredAt = &at, &r.LastSeen
 		}
 		sameAsEncodingJSON(t, r)
+		sameAsEncodingJSON(t, &r.Forward)
 		sameAsEncodingJSON(t, &versioning.Latest{Version: version, Order: order, RequestID: id, UpdatedAt: at})
 	})
 }
