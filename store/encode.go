@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/internal/jsonenc"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -147,55 +147,5 @@ func (e *encoder) time(t time.Time) {
 	e.b = append(e.b, '"')
 }
 
-// string writes s quoted as encoding/json does by default: <, > and & are
-// escaped for HTML, invalid UTF-8 becomes U+FFFD, and U+2028 and U+2029 are
-// escaped for JavaScript.
-func (e *encoder) string(s string) {
-	const hex = "0123456789abcdef"
-	b := append(e.b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	e.b = append(append(b, s[start:]...), '"')
-}
+// string writes s quoted as encoding/json does.
+func (e *encoder) string(s string) { e.b = jsonenc.AppendString(e.b, s) }
