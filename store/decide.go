@@ -157,15 +157,18 @@ func (s *Store) latestOf(t *tx, source, resource string) (string, error) {
 }
 
 func reason(ordering versioning.Ordering, version, latest string) string {
+	// Concatenated rather than formatted: this runs at every decision, and
+	// Sprintf cost 1 % of the CPU at intake.
+	const unseen = "request ID not seen before; "
 	switch ordering {
 	case versioning.First:
-		return fmt.Sprintf("request ID not seen before; first version %s of the resource", version)
+		return unseen + "first version " + version + " of the resource"
 	case versioning.Newer:
-		return fmt.Sprintf("request ID not seen before; version %s is newer than the latest accepted version %s", version, latest)
+		return unseen + "version " + version + " is newer than the latest accepted version " + latest
 	case versioning.Stale:
-		return fmt.Sprintf("request ID not seen before; version %s is not newer than the latest accepted version %s, so it was recorded and not applied", version, latest)
+		return unseen + "version " + version + " is not newer than the latest accepted version " + latest + ", so it was recorded and not applied"
 	}
-	return "request ID not seen before; the source has no resource version to order by"
+	return unseen + "the source has no resource version to order by"
 }
 
 // expiry returns the Badger expiry (Unix seconds, rounded up) of a key

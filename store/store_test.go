@@ -82,6 +82,24 @@ func TestDecideTable(t *testing.T) {
 	}
 }
 
+func TestReasonTable(t *testing.T) {
+	tests := []struct {
+		ordering        versioning.Ordering
+		version, latest string
+		want            string
+	}{
+		{Unordered, "", "", "request ID not seen before; the source has no resource version to order by"},
+		{versioning.First, "3", "", "request ID not seen before; first version 3 of the resource"},
+		{versioning.Newer, "4", "3", "request ID not seen before; version 4 is newer than the latest accepted version 3"},
+		{versioning.Stale, "2", "3", "request ID not seen before; version 2 is not newer than the latest accepted version 3, so it was recorded and not applied"},
+	}
+	for _, tt := range tests {
+		if got := reason(tt.ordering, tt.version, tt.latest); got != tt.want {
+			t.Errorf("reason(%s, %q, %q) = %q, want %q", tt.ordering, tt.version, tt.latest, got, tt.want)
+		}
+	}
+}
+
 func TestRetriesWithNewDeliveryIDsAreDuplicates(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	want := []webhookd.Decision{webhookd.Accepted, webhookd.Duplicate, webhookd.Duplicate}
