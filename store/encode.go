@@ -136,15 +136,12 @@ func (e *encoder) omitEmpty(key, s string) {
 	}
 }
 
-// time writes t as time.Time's MarshalJSON does, and fails where it fails
-// (years outside 0–9999).
+// time writes t as time.Time's MarshalJSON does; the first error sticks.
 func (e *encoder) time(t time.Time) {
-	e.b = append(e.b, '"')
 	var err error
-	if e.b, err = t.AppendText(e.b); err != nil && e.err == nil {
+	if e.b, err = jsonenc.AppendTime(e.b, t); err != nil && e.err == nil {
 		e.err = err
 	}
-	e.b = append(e.b, '"')
 }
 
 // string writes s quoted as encoding/json does.

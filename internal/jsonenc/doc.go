@@ -1,4 +1,4 @@
-// Package jsonenc appends JSON strings byte for byte as encoding/json
+// Package jsonenc appends JSON strings and times byte for byte as encoding/json
 // writes them. The store's records and the gateway's answer are written on
 // every request, where encoding/json's reflection cost microseconds; their
 // hand-written encoders quote strings here, and their tests compare them

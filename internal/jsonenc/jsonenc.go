@@ -1,6 +1,9 @@
 package jsonenc
 
-import "unicode/utf8"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // safe marks the ASCII bytes written as they are: printable, and neither a
 // quote nor a backslash, nor <, > or &, which encoding/json escapes by
@@ -63,4 +66,12 @@ func AppendString(b []byte, s string) []byte {
 		start = i
 	}
 	return append(append(b, s[start:]...), '"')
+}
+
+// AppendTime appends t quoted as time.Time's MarshalJSON writes it, and
+// fails where it fails (years outside 0–9999).
+func AppendTime(b []byte, t time.Time) ([]byte, error) {
+	b = append(b, '"')
+	b, err := t.AppendText(b)
+	return append(b, '"'), err
 }
