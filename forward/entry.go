@@ -6,7 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"time"
+
+	"github.com/webhookd/webhookd/internal/jsonenc"
 )
 
 // Entry is one accepted delivery waiting to be forwarded. Entries of one
@@ -34,15 +39,75 @@ type Entry struct {
 
 // Encode stores the body as raw bytes after the JSON metadata, so that the
 // forwarder's scheduler can read an entry's metadata without its body and
-// a body costs no base64.
+// a body costs no base64. The metadata is written by hand, in one buffer
+// with its length and the body: encoding/json took 3 % of the CPU with
+// forwarding on. It is the bytes encoding/json writes (FuzzEncode), and
+// Decode reads it with encoding/json.
 func (e *Entry) Encode() ([]byte, error) {
-	meta, err := json.Marshal(e)
+	// The metadata's length goes before it; room is left for the longest.
+	const room = binary.MaxVarintLen64
+	b, err := e.appendMeta(make([]byte, room, room+256+len(e.Body)))
 	if err != nil {
 		return nil, fmt.Errorf("encode entry: %w", err)
 	}
-	b := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen32+len(meta)+len(e.Body)), uint64(len(meta)))
-	b = append(b, meta...)
-	return append(b, e.Body...), nil
+	var n [binary.MaxVarintLen64]byte
+	size := binary.PutUvarint(n[:], uint64(len(b)-room))
+	start := room - size
+	copy(b[start:], n[:size])
+	return append(b, e.Body...)[start:], nil
+}
+
+// appendMeta appends e's metadata as encoding/json writes it.
+func (e *Entry) appendMeta(b []byte) ([]byte, error) {
+	var first error // returned; the bytes are then thrown away, as encoding/json does
+	appendTime := func(b []byte, key string, t time.Time) []byte {
+		b, err := jsonenc.AppendTime(append(b, key...), t)
+		if first == nil {
+			first = err
+		}
+		return b
+	}
+	b = append(b, `{"source":`...)
+	b = jsonenc.AppendString(b, e.Source)
+	b = append(b, `,"request_id":`...)
+	b = jsonenc.AppendString(b, e.RequestID)
+	b = appendOmitEmpty(b, `,"resource":`, e.Resource)
+	b = appendOmitEmpty(b, `,"version":`, e.Version)
+	b = appendOmitEmpty(b, `,"content_type":`, e.ContentType)
+	if len(e.Headers) > 0 {
+		b = append(b, `,"headers":{`...)
+		for i, k := range slices.Sorted(maps.Keys(e.Headers)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(jsonenc.AppendString(b, k), ':')
+			b = jsonenc.AppendString(b, e.Headers[k])
+		}
+		b = append(b, '}')
+	}
+	b = appendTime(b, `,"created_at":`, e.CreatedAt)
+	b = strconv.AppendInt(append(b, `,"attempts":`...), int64(e.Attempts), 10)
+	b = appendTime(b, `,"next_attempt_at":`, e.NextAttemptAt)
+	if e.LastStatus != 0 {
+		b = strconv.AppendInt(append(b, `,"last_status":`...), int64(e.LastStatus), 10)
+	}
+	b = appendOmitEmpty(b, `,"last_error":`, e.LastError)
+	if e.DeadAt != nil {
+		b = appendTime(b, `,"dead_at":`, *e.DeadAt)
+	}
+	if e.BodyLost {
+		b = append(b, `,"body_lost":true`...)
+	}
+	return append(b, '}'), first
+}
+
+// appendOmitEmpty appends a field tagged omitempty: key (with its comma and
+// colon) and s, unless s is empty.
+func appendOmitEmpty(b []byte, key, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return jsonenc.AppendString(append(b, key...), s)
 }
 
 // Decode reads an encoded entry; withBody false leaves Body nil. The entry

@@ -1,0 +1,82 @@
+package forward
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// FuzzEncode checks the hand-written metadata against encoding/json, byte
+// for byte and error for error: Decode reads it with encoding/json, and
+// entries written by either must read back the same.
+func FuzzEncode(f *testing.F) {
+	f.Add("billing", "req-1", "sub_1", "10", "application/json", "X-Tenant", "t-1", "busy", int64(1796040000), 3, 503, true, []byte(`{"a":1}`))
+	f.Add("a<b>&", "é\u2028\"\\", "", "", "", "", "", "\xff", int64(253402300800), 0, 0, false, []byte{})
+	f.Fuzz(func(t *testing.T, source, requestID, resource, version, contentType, hk, hv, lastError string,
+		sec int64, attempts, status int, dead bool, body []byte) {
+		at := time.Unix(sec, 0).UTC()
+		e := &Entry{
+			Source: source, RequestID: requestID, Resource: resource, Version: version,
+			ContentType: contentType, CreatedAt: at, Attempts: attempts, NextAttemptAt: at.Add(time.Second),
+			LastStatus: status, LastError: lastError, Body: body,
+		}
+		if hk != "" {
+			e.Headers = map[string]string{hk: hv, "Z-" + hk: hv + "z", "A" + hk: ""}
+		}
+		if dead {
+			e.DeadAt, e.BodyLost = &at, true
+		}
+		want, wantErr := json.Marshal(e)
+		got, err := e.Encode()
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("Encode: error %v, encoding/json's %v", err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		meta, rest, err := split(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(meta, want) || !bytes.Equal(rest, body) {
+			t.Fatalf("Encode:\n got %s + %q\nwant %s + %q", meta, rest, want, body)
+		}
+	})
+}
+
+// TestEncodeWritesEveryField guards FuzzEncode against a field added later
+// and left at its zero value there, which omitempty would hide: every field
+// of a full entry but Seq and Body (not JSON) appears in its encoding.
+func TestEncodeWritesEveryField(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
+	e := &Entry{
+		Seq: 7, Source: "s", RequestID: "r", Resource: "res", Version: "2", ContentType: "application/json",
+		Headers: map[string]string{"X-A": "1"}, CreatedAt: at, Attempts: 2, NextAttemptAt: at,
+		LastStatus: 503, LastError: "busy", DeadAt: &at, BodyLost: true, Body: []byte("{}"),
+	}
+	b, err := e.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _, err := split(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(meta, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if n := reflect.TypeFor[Entry]().NumField() - 2; len(fields) != n {
+		t.Errorf("%d fields encoded, want %d: %s", len(fields), n, meta)
+	}
+	var back Entry
+	if err := back.Decode(b, true); err != nil {
+		t.Fatal(err)
+	}
+	back.Seq = e.Seq
+	if !reflect.DeepEqual(&back, e) {
+		t.Errorf("Decode(Encode(e)) = %+v, want %+v", back, *e)
+	}
+}
