@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/signature"
@@ -446,7 +447,15 @@ func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
 		return Result{}, false
 	}
 	res = Result{State: webhookd.ForwardDelivered, Attempts: n, Status: status, At: now}
-	log := f.Logger.With(zap.String("source", e.Source), zap.String("request_id", e.RequestID), zap.String("resource", e.Resource), zap.String("version", e.Version), zap.Int("attempt", n), zap.Int("status", status))
+	// The attempt's fields are built only for a line that is written:
+	// Logger.With encodes them at once, 2.5 % of the CPU while draining.
+	log := func(level zapcore.Level, msg string, more ...zap.Field) {
+		if line := f.Logger.Check(level, msg); line != nil {
+			line.Write(append([]zap.Field{zap.String("source", e.Source), zap.String("request_id", e.RequestID),
+				zap.String("resource", e.Resource), zap.String("version", e.Version),
+				zap.Int("attempt", n), zap.Int("status", status)}, more...)...)
+		}
+	}
 	if err != nil {
 		res.Error = err.Error()
 	} else if status >= 300 {
@@ -455,21 +464,21 @@ func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
 	switch Judge(status) {
 	case Delivered:
 		f.Metrics.Attempted(e.Source, "delivered", took)
-		log.Debug("forwarded")
+		log(zapcore.DebugLevel, "forwarded")
 		return res, true
 	case Retry:
 		if n < r.Policy.MaxAttempts {
 			f.Metrics.Attempted(e.Source, "retry", took)
 			res.State = webhookd.ForwardRetrying
 			res.NextAttemptAt = now.Add(r.Policy.Delay(n, retryAfter, f.jitter()))
-			log.Info("forward failed, will retry", zap.String("error", res.Error), zap.Time("next_attempt_at", res.NextAttemptAt))
+			log(zapcore.InfoLevel, "forward failed, will retry", zap.String("error", res.Error), zap.Time("next_attempt_at", res.NextAttemptAt))
 			return res, true
 		}
 		res.Error = fmt.Sprintf("%s; gave up after %d attempts", res.Error, n)
 	}
 	f.Metrics.Attempted(e.Source, "dead", took)
 	res.State = webhookd.ForwardDead
-	log.Warn("forward dead-lettered", zap.String("error", res.Error))
+	log(zapcore.WarnLevel, "forward dead-lettered", zap.String("error", res.Error))
 	return res, true
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
@@ -620,5 +624,43 @@ func TestEntryWhosePayloadExpiredIsDeadLettered(t *testing.T) {
 	}
 	if err := s.RetryDeadLetter(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
 		t.Errorf("retrying a dead letter without a payload: %v, want a conflict", err)
+	}
+}
+
+// TestAttemptLogLines checks the lines an operator follows a forward by: one
+// per retry at info and the dead letter at warn, each naming the request
+// and the attempt, and nothing for a delivery above debug.
+func TestAttemptLogLines(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, func(r *http.Request, _ int) int {
+		if r.Header.Get("Idempotency-Key") == "req-ok" {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	})
+	r := route(down.URL)
+	r.Policy.MaxAttempts = 2
+	core, logs := observer.New(zapcore.InfoLevel)
+	f := forward.New(s, map[string]forward.Route{"billing": r}, zap.New(core))
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	accept(t, s, "billing", "req-ok", "sub_1", 1)
+	accept(t, s, "billing", "req-1", "sub_2", 4)
+	eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
+	eventually(t, "delivery", delivered(t, s, "req-ok"))
+	var got []string
+	for _, e := range logs.All() {
+		fields := e.ContextMap()
+		if fields["source"] != "billing" || fields["request_id"] != "req-1" || fields["resource"] != "sub_2" ||
+			fields["version"] != "4" || fields["status"] != int64(503) || fields["error"] == nil {
+			t.Errorf("%s %q: fields %v", e.Level, e.Message, fields)
+		}
+		got = append(got, fmt.Sprintf("%s %s attempt %d", e.Level, e.Message, fields["attempt"]))
+	}
+	want := []string{"info forward failed, will retry attempt 1", "warn forward dead-lettered attempt 2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("log lines %q, want %q", got, want)
 	}
 }
