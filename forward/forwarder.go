@@ -21,17 +21,19 @@ import (
 	"github.com/webhookd/webhookd/signature"
 )
 
-// ErrPayloadGone is Outbox.Entry's error for an entry whose body is no
+// ErrPayloadGone is Outbox.Body's error for an entry whose body is no
 // longer held (it waited longer than the receipt TTL): it is dead-lettered,
 // as nothing can be sent.
 var ErrPayloadGone = errors.New("payload no longer held")
 
 // Outbox is what the forwarder needs of the store.
 type Outbox interface {
-	// Pending returns entries after position after, in outbox order, with bodies.
-	Pending(ctx context.Context, after uint64, limit int) ([]Entry, error)
-	// Entry returns one entry with its body, for an entry held without it.
-	Entry(ctx context.Context, seq uint64) (Entry, error)
+	// Pending returns entries after position after, in outbox order, with
+	// their bodies while they add up to no more than bodies bytes (entries
+	// the store holds in memory come with theirs).
+	Pending(ctx context.Context, after uint64, limit, bodies int) ([]Entry, error)
+	// Body returns the body of an entry held without it.
+	Body(ctx context.Context, e Entry) ([]byte, error)
 	// Settle records what became of an entry, with its receipt, atomically.
 	Settle(ctx context.Context, e Entry, r Result) error
 	// Notify is signalled when entries were added.
@@ -261,7 +263,7 @@ func (f *Forwarder) run() {
 // load adds the entries written since the last load.
 func (f *Forwarder) load() {
 	for {
-		entries, err := f.outbox.Pending(f.ctx, f.after, loadBatch)
+		entries, err := f.outbox.Pending(f.ctx, f.after, loadBatch, f.bodyBudget-f.bodies)
 		if err != nil {
 			f.Logger.Error("read outbox", zap.Error(err))
 			return
@@ -397,7 +399,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 	full, gone := e, false
 	if full.Body == nil && !j.route.orphan {
 		var err error
-		full, err = f.outbox.Entry(f.ctx, e.Seq)
+		full.Body, err = f.outbox.Body(f.ctx, e)
 		switch {
 		case f.ctx.Err() != nil:
 			s.keep = true

@@ -88,44 +88,53 @@ func (t *tx) getEntry(key []byte, withBody bool) (e forward.Entry, found bool, e
 	if err != nil || b == nil {
 		return e, false, err
 	}
+	e, err = t.decodeEntry(key, b, withBody)
+	return e, err == nil, err
+}
+
+// decodeEntry decodes b, the value at key.
+func (t *tx) decodeEntry(key, b []byte, withBody bool) (e forward.Entry, err error) {
 	if err := e.Decode(b, withBody); err != nil {
-		return e, false, fmt.Errorf("%q: %w", key, err)
+		return e, fmt.Errorf("%q: %w", key, err)
 	}
 	if key[0] != prefixOutbox {
-		return e, true, nil
+		return e, nil
 	}
 	e.Seq = binary.BigEndian.Uint64(key[1:])
 	if withBody && len(e.Body) == 0 {
 		p, err := t.getRaw(payloadKey(e.Source, e.RequestID))
 		if err != nil || p == nil {
 			e.Body = nil
-			return e, err == nil, err
+			return e, err
 		}
 		if e.Body, err = forward.DecodeBody(p); err != nil {
-			return e, false, fmt.Errorf("payload of %q: %w", key, err)
+			return e, fmt.Errorf("payload of %q: %w", key, err)
 		}
 	}
-	return e, true, nil
+	return e, nil
 }
 
 // Notify is signalled after a commit that added outbox entries.
 func (s *Store) Notify() <-chan struct{} { return s.notify }
 
 // Pending returns up to limit outbox entries after position after, in
-// outbox order, with their bodies.
-func (s *Store) Pending(ctx context.Context, after uint64, limit int) ([]forward.Entry, error) {
+// outbox order. Entries read from Badger come with their bodies until those
+// add up to bodies bytes, and without them past it: a forwarder holds only
+// so many, and reads the rest with Body when it sends them. Entries still
+// in memory come with theirs.
+func (s *Store) Pending(ctx context.Context, after uint64, limit, bodies int) ([]forward.Entry, error) {
 	if entries, ok := s.tail.after(after, limit); ok {
 		return entries, nil
 	}
 	var entries []forward.Entry
-	err := s.scan(outboxKey(after+1), []byte{prefixOutbox}, limit, true, &entries)
+	err := s.scan(outboxKey(after+1), []byte{prefixOutbox}, limit, bodies, &entries)
 	return entries, err
 }
 
 // Outbox returns the pending entries of source ("" for all), without bodies.
 func (s *Store) Outbox(ctx context.Context, source string) ([]forward.Entry, error) {
 	var entries []forward.Entry
-	if err := s.scan([]byte{prefixOutbox}, []byte{prefixOutbox}, 0, false, &entries); err != nil {
+	if err := s.scan([]byte{prefixOutbox}, []byte{prefixOutbox}, 0, 0, &entries); err != nil {
 		return nil, err
 	}
 	return filterSource(entries, source), nil
@@ -135,7 +144,7 @@ func (s *Store) Outbox(ctx context.Context, source string) ([]forward.Entry, err
 func (s *Store) DeadLetters(ctx context.Context, source string) ([]forward.Entry, error) {
 	var entries []forward.Entry
 	p := sourcePrefix(prefixDead, source)
-	err := s.scan(p, p, 0, false, &entries)
+	err := s.scan(p, p, 0, 0, &entries)
 	return entries, err
 }
 
@@ -152,17 +161,25 @@ func filterSource(entries []forward.Entry, source string) []forward.Entry {
 	return kept
 }
 
-// scan decodes entries from start while keys have prefix; limit 0 is all.
-func (s *Store) scan(start, prefix []byte, limit int, withBody bool, out *[]forward.Entry) error {
+// scan decodes entries from start while keys have prefix, limit 0 being
+// all, with their bodies until those add up to bodies bytes.
+func (s *Store) scan(start, prefix []byte, limit, bodies int, out *[]forward.Entry) error {
 	return s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
 		t := &tx{txn: txn}
 		for it.Seek(start); it.Valid(); it.Next() {
-			e, _, err := t.getEntry(it.Item().KeyCopy(nil), withBody)
+			// The iterator holds the value: a Get would search every level again.
+			item := it.Item()
+			b, err := item.ValueCopy(nil)
+			if err != nil {
+				return unavailable(err)
+			}
+			e, err := t.decodeEntry(item.KeyCopy(nil), b, bodies > 0)
 			if err != nil {
 				return err
 			}
+			bodies -= len(e.Body)
 			*out = append(*out, e)
 			if limit > 0 && len(*out) == limit {
 				return nil
@@ -172,22 +189,34 @@ func (s *Store) scan(start, prefix []byte, limit int, withBody bool, out *[]forw
 	})
 }
 
-// Entry returns the outbox entry at seq with its body.
-func (s *Store) Entry(ctx context.Context, seq uint64) (forward.Entry, error) {
-	var e forward.Entry
+// Body returns the body of e, an outbox entry held without it. It reads the
+// payload key alone: the forwarder holds e's metadata, which only the
+// forwarder changes. An entry whose payload key is gone is read whole: it
+// may carry its body itself (written before bodies moved to the payload
+// key), or be settled already.
+func (s *Store) Body(ctx context.Context, e forward.Entry) ([]byte, error) {
+	var body []byte
 	err := s.view(func(txn *badger.Txn) error {
-		var found bool
-		var err error
-		e, found, err = (&tx{txn: txn}).getEntry(outboxKey(seq), true)
-		if err == nil && !found {
-			err = webhookd.Errorf(webhookd.ENOTFOUND, "outbox entry %d not found", seq)
+		t := &tx{txn: txn}
+		p, err := t.getRaw(payloadKey(e.Source, e.RequestID))
+		if err != nil {
+			return err
 		}
+		if p != nil {
+			body, err = forward.DecodeBody(p)
+			return err
+		}
+		whole, found, err := t.getEntry(outboxKey(e.Seq), true)
+		if err == nil && !found {
+			err = webhookd.Errorf(webhookd.ENOTFOUND, "outbox entry %d not found", e.Seq)
+		}
+		body = whole.Body
 		return err
 	})
-	if err == nil && e.Body == nil {
-		err = fmt.Errorf("outbox entry %d: %w", seq, forward.ErrPayloadGone)
+	if err == nil && body == nil {
+		err = fmt.Errorf("outbox entry %d: %w", e.Seq, forward.ErrPayloadGone)
 	}
-	return e, err
+	return body, err
 }
 
 // Settle records what became of forwarding e: the outbox entry is removed

@@ -409,7 +409,7 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 	if r := receiptOf(t, s, "req-1"); r.Forward.State != webhookd.ForwardPending {
 		t.Fatalf("forward state after the decision: %s, want pending", r.Forward.State)
 	}
-	entries, err := s.Pending(ctx, 0, 10)
+	entries, err := s.Pending(ctx, 0, 10, 1<<20)
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("pending: %d entries, %v", len(entries), err)
 	}
@@ -508,16 +508,12 @@ func TestPendingHandsOverBodiesAndFallsBackToBadger(t *testing.T) {
 	d := versioned("req-2", "sub_1", 2)
 	mustDecide(t, s, d)
 	copy(d.Body, "XXXXXXXX") // the gateway's request buffer is reused once Decide returns
-	fromTail, err := s.Pending(ctx, 0, 10)
+	fromTail, err := s.Pending(ctx, 0, 10, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	overflow := make([]forward.Entry, maxTail+1)
-	for i := range overflow {
-		overflow[i].Seq = uint64(100 + i)
-	}
-	s.tail.add(overflow) // the tail forgets the two entries it held
-	fromDisk, err := s.Pending(ctx, 0, 10)
+	forgetTail(s) // the two entries are read from Badger next
+	fromDisk, err := s.Pending(ctx, 0, 10, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,20 +527,69 @@ func TestPendingHandsOverBodiesAndFallsBackToBadger(t *testing.T) {
 	}
 }
 
+// forgetTail overflows the store's tail, so that Pending reads the entries
+// committed so far from Badger, as for a forwarder that fell behind.
+func forgetTail(s *Store) {
+	overflow := make([]forward.Entry, maxTail+1)
+	for i := range overflow {
+		overflow[i].Seq = uint64(100 + i)
+	}
+	s.tail.add(overflow)
+}
+
 // Outbox entries written before bodies moved to the payload key carry their
-// body themselves; it must still be the one sent.
+// body themselves; it must still be the one sent, whether the scan reads it
+// or Body does.
 func TestOutboxEntryWithItsOwnBodyIsSentAsIs(t *testing.T) {
 	s := openStore(t, t.TempDir())
-	mustDecide(t, s, versioned("req-1", "sub_1", 1))
 	old := forward.Entry{Source: "billing", RequestID: "req-1", Body: []byte(`{"old":"format"}`)}
 	if err := s.update(func(t *tx) error { return t.setEntry(outboxKey(1), &old) }); err != nil {
 		t.Fatal(err)
 	}
-	e, err := s.Entry(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
+	forgetTail(s)
+	for _, room := range []int{1 << 20, 0} {
+		entries, err := s.Pending(ctx, 0, 10, room)
+		if err != nil || len(entries) != 1 {
+			t.Fatalf("pending: %+v, %v", entries, err)
+		}
+		body := entries[0].Body
+		if room == 0 {
+			if body != nil {
+				t.Errorf("no room for bodies, yet the scan read %q", body)
+			}
+			if body, err = s.Body(ctx, entries[0]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if string(body) != `{"old":"format"}` {
+			t.Errorf("room %d: body %q, want the entry's own", room, body)
+		}
 	}
-	if string(e.Body) != `{"old":"format"}` {
-		t.Errorf("body %q, want the entry's own", e.Body)
+}
+
+// A forwarder holds bodies up to a budget: the scan stops reading them
+// there, and Body reads one later from its payload key.
+func TestPendingReadsBodiesUpToTheBudget(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	for v := uint64(1); v <= 3; v++ {
+		mustDecide(t, s, versioned(fmt.Sprintf("req-%d", v), "sub_1", v))
+	}
+	forgetTail(s)
+	size := len(`{"id":"req-1","v":1}`)
+	entries, err := s.Pending(ctx, 0, 10, 2*size)
+	if err != nil || len(entries) != 3 {
+		t.Fatalf("pending: %+v, %v", entries, err)
+	}
+	for i, e := range entries {
+		if hasBody := e.Body != nil; hasBody != (i < 2) {
+			t.Errorf("entry %d (%s): body %q", i, e.RequestID, e.Body)
+		}
+	}
+	body, err := s.Body(ctx, entries[2])
+	if want := `{"id":"req-3","v":3}`; err != nil || string(body) != want {
+		t.Errorf("Body = %q, %v; want %q", body, err, want)
+	}
+	if _, err := s.Body(ctx, forward.Entry{Seq: 99, Source: "billing", RequestID: "never"}); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
+		t.Errorf("Body of an entry that is not there: %v, want ENOTFOUND", err)
 	}
 }
