@@ -71,9 +71,9 @@ func (e *Entry) appendMeta(b []byte) ([]byte, error) {
 	b = jsonenc.AppendString(b, e.Source)
 	b = append(b, `,"request_id":`...)
 	b = jsonenc.AppendString(b, e.RequestID)
-	b = appendOmitEmpty(b, `,"resource":`, e.Resource)
-	b = appendOmitEmpty(b, `,"version":`, e.Version)
-	b = appendOmitEmpty(b, `,"content_type":`, e.ContentType)
+	b = jsonenc.AppendOmitEmpty(b, `,"resource":`, e.Resource)
+	b = jsonenc.AppendOmitEmpty(b, `,"version":`, e.Version)
+	b = jsonenc.AppendOmitEmpty(b, `,"content_type":`, e.ContentType)
 	if len(e.Headers) > 0 {
 		b = append(b, `,"headers":{`...)
 		for i, k := range slices.Sorted(maps.Keys(e.Headers)) {
@@ -91,7 +91,7 @@ func (e *Entry) appendMeta(b []byte) ([]byte, error) {
 	if e.LastStatus != 0 {
 		b = strconv.AppendInt(append(b, `,"last_status":`...), int64(e.LastStatus), 10)
 	}
-	b = appendOmitEmpty(b, `,"last_error":`, e.LastError)
+	b = jsonenc.AppendOmitEmpty(b, `,"last_error":`, e.LastError)
 	if e.DeadAt != nil {
 		b = appendTime(b, `,"dead_at":`, *e.DeadAt)
 	}
@@ -99,15 +99,6 @@ func (e *Entry) appendMeta(b []byte) ([]byte, error) {
 		b = append(b, `,"body_lost":true`...)
 	}
 	return append(b, '}'), first
-}
-
-// appendOmitEmpty appends a field tagged omitempty: key (with its comma and
-// colon) and s, unless s is empty.
-func appendOmitEmpty(b []byte, key, s string) []byte {
-	if s == "" {
-		return b
-	}
-	return jsonenc.AppendString(append(b, key...), s)
 }
 
 // Decode reads an encoded entry; withBody false leaves Body nil. The entry

@@ -127,14 +127,8 @@ func (e *encoder) raw(s string) { e.b = append(e.b, s...) }
 
 func (e *encoder) int(n int) { e.b = strconv.AppendInt(e.b, int64(n), 10) }
 
-// omitEmpty writes a field tagged omitempty: key (with its comma and colon)
-// and s, unless s is empty.
-func (e *encoder) omitEmpty(key, s string) {
-	if s != "" {
-		e.raw(key)
-		e.string(s)
-	}
-}
+// omitEmpty writes a string field tagged omitempty.
+func (e *encoder) omitEmpty(key, s string) { e.b = jsonenc.AppendOmitEmpty(e.b, key, s) }
 
 // time writes t as time.Time's MarshalJSON does; the first error sticks.
 func (e *encoder) time(t time.Time) {

@@ -68,6 +68,15 @@ func AppendString(b []byte, s string) []byte {
 	return append(append(b, s[start:]...), '"')
 }
 
+// AppendOmitEmpty appends a string field tagged omitempty: key (with its
+// comma and colon) and s quoted, unless s is empty.
+func AppendOmitEmpty(b []byte, key, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return AppendString(append(b, key...), s)
+}
+
 // AppendTime appends t quoted as time.Time's MarshalJSON writes it, and
 // fails where it fails (years outside 0–9999).
 func AppendTime(b []byte, t time.Time) ([]byte, error) {
