@@ -102,16 +102,23 @@ func (t *tx) decodeEntry(key, b []byte, withBody bool) (e forward.Entry, err err
 	}
 	e.Seq = binary.BigEndian.Uint64(key[1:])
 	if withBody && len(e.Body) == 0 {
-		p, err := t.getRaw(payloadKey(e.Source, e.RequestID))
-		if err != nil || p == nil {
-			e.Body = nil
-			return e, err
-		}
-		if e.Body, err = forward.DecodeBody(p); err != nil {
-			return e, fmt.Errorf("payload of %q: %w", key, err)
-		}
+		e.Body, err = t.payload(e.Source, e.RequestID)
 	}
-	return e, nil
+	return e, err
+}
+
+// payload returns the body in a request's payload key, or nil when the key
+// has expired.
+func (t *tx) payload(source, requestID string) ([]byte, error) {
+	p, err := t.getRaw(payloadKey(source, requestID))
+	if err != nil || p == nil {
+		return nil, err
+	}
+	body, err := forward.DecodeBody(p)
+	if err != nil {
+		return nil, fmt.Errorf("payload of %s/%s: %w", source, requestID, err)
+	}
+	return body, nil
 }
 
 // Notify is signalled after a commit that added outbox entries.
@@ -198,12 +205,8 @@ func (s *Store) Body(ctx context.Context, e forward.Entry) ([]byte, error) {
 	var body []byte
 	err := s.view(func(txn *badger.Txn) error {
 		t := &tx{txn: txn}
-		p, err := t.getRaw(payloadKey(e.Source, e.RequestID))
-		if err != nil {
-			return err
-		}
-		if p != nil {
-			body, err = forward.DecodeBody(p)
+		var err error
+		if body, err = t.payload(e.Source, e.RequestID); err != nil || body != nil {
 			return err
 		}
 		whole, found, err := t.getEntry(outboxKey(e.Seq), true)
