@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/webhookd/webhookd/internal/jsonenc"
@@ -59,46 +58,46 @@ func (e *Entry) Encode() ([]byte, error) {
 
 // appendMeta appends e's metadata as encoding/json writes it.
 func (e *Entry) appendMeta(b []byte) ([]byte, error) {
-	var first error // returned; the bytes are then thrown away, as encoding/json does
-	appendTime := func(b []byte, key string, t time.Time) []byte {
-		b, err := jsonenc.AppendTime(append(b, key...), t)
-		if first == nil {
-			first = err
-		}
-		return b
-	}
-	b = append(b, `{"source":`...)
-	b = jsonenc.AppendString(b, e.Source)
-	b = append(b, `,"request_id":`...)
-	b = jsonenc.AppendString(b, e.RequestID)
-	b = jsonenc.AppendOmitEmpty(b, `,"resource":`, e.Resource)
-	b = jsonenc.AppendOmitEmpty(b, `,"version":`, e.Version)
-	b = jsonenc.AppendOmitEmpty(b, `,"content_type":`, e.ContentType)
+	w := jsonenc.Encoder{B: b}
+	w.Raw(`{"source":`)
+	w.String(e.Source)
+	w.Raw(`,"request_id":`)
+	w.String(e.RequestID)
+	w.OmitEmpty(`,"resource":`, e.Resource)
+	w.OmitEmpty(`,"version":`, e.Version)
+	w.OmitEmpty(`,"content_type":`, e.ContentType)
 	if len(e.Headers) > 0 {
-		b = append(b, `,"headers":{`...)
+		w.Raw(`,"headers":{`)
 		for i, k := range slices.Sorted(maps.Keys(e.Headers)) {
 			if i > 0 {
-				b = append(b, ',')
+				w.Raw(",")
 			}
-			b = append(jsonenc.AppendString(b, k), ':')
-			b = jsonenc.AppendString(b, e.Headers[k])
+			w.String(k)
+			w.Raw(":")
+			w.String(e.Headers[k])
 		}
-		b = append(b, '}')
+		w.Raw("}")
 	}
-	b = appendTime(b, `,"created_at":`, e.CreatedAt)
-	b = strconv.AppendInt(append(b, `,"attempts":`...), int64(e.Attempts), 10)
-	b = appendTime(b, `,"next_attempt_at":`, e.NextAttemptAt)
+	w.Raw(`,"created_at":`)
+	w.Time(e.CreatedAt)
+	w.Raw(`,"attempts":`)
+	w.Int(e.Attempts)
+	w.Raw(`,"next_attempt_at":`)
+	w.Time(e.NextAttemptAt)
 	if e.LastStatus != 0 {
-		b = strconv.AppendInt(append(b, `,"last_status":`...), int64(e.LastStatus), 10)
+		w.Raw(`,"last_status":`)
+		w.Int(e.LastStatus)
 	}
-	b = jsonenc.AppendOmitEmpty(b, `,"last_error":`, e.LastError)
+	w.OmitEmpty(`,"last_error":`, e.LastError)
 	if e.DeadAt != nil {
-		b = appendTime(b, `,"dead_at":`, *e.DeadAt)
+		w.Raw(`,"dead_at":`)
+		w.Time(*e.DeadAt)
 	}
 	if e.BodyLost {
-		b = append(b, `,"body_lost":true`...)
+		w.Raw(`,"body_lost":true`)
 	}
-	return append(b, '}'), first
+	w.Raw("}")
+	return w.B, w.Err
 }
 
 // Decode reads an encoded entry; withBody false leaves Body nil. The entry

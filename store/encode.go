@@ -2,8 +2,6 @@ package store
 
 import (
 	"encoding/json"
-	"strconv"
-	"time"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
@@ -22,121 +20,100 @@ func encode(v any) ([]byte, error) {
 	var e encoder
 	switch v := v.(type) {
 	case *dedupe.Receipt:
-		e.b = make([]byte, 0, 640+128*len(v.Deliveries))
+		e.B = make([]byte, 0, 640+128*len(v.Deliveries))
 		e.receipt(v)
 	case *versioning.Latest:
-		e.b = make([]byte, 0, 128)
+		e.B = make([]byte, 0, 128)
 		e.latest(v)
 	case *webhookd.ForwardStatus:
-		e.b = make([]byte, 0, 128)
+		e.B = make([]byte, 0, 128)
 		e.forward(v)
 	default:
 		return json.Marshal(v)
 	}
-	return e.b, e.err
+	return e.B, e.Err
 }
 
-// encoder appends JSON to b; the first error sticks.
-type encoder struct {
-	b   []byte
-	err error
-}
+// encoder writes the store's records; jsonenc.Encoder writes their fields.
+type encoder struct{ jsonenc.Encoder }
 
 func (e *encoder) receipt(r *dedupe.Receipt) {
-	e.raw(`{"source":`)
-	e.string(r.Source)
-	e.raw(`,"request_id":`)
-	e.string(r.RequestID)
-	e.omitEmpty(`,"resource":`, r.Resource)
-	e.omitEmpty(`,"version":`, r.Version)
-	e.raw(`,"decision":`)
-	e.string(string(r.Decision))
-	e.raw(`,"reason":`)
-	e.string(r.Reason)
-	e.raw(`,"duplicate_decision":`)
-	e.string(string(r.DuplicateDecision))
-	e.raw(`,"ordering_decision":`)
-	e.string(r.OrderingDecision)
-	e.omitEmpty(`,"latest_version_at_decision":`, r.LatestVersionAtDecision)
-	e.raw(`,"payload_sha256":`)
-	e.string(r.PayloadSHA256)
-	e.raw(`,"first_seen":`)
-	e.time(r.FirstSeen)
-	e.raw(`,"last_seen":`)
-	e.time(r.LastSeen)
-	e.raw(`,"attempts":`)
-	e.int(r.Attempts)
-	e.raw(`,"deliveries":`)
+	e.Raw(`{"source":`)
+	e.String(r.Source)
+	e.Raw(`,"request_id":`)
+	e.String(r.RequestID)
+	e.OmitEmpty(`,"resource":`, r.Resource)
+	e.OmitEmpty(`,"version":`, r.Version)
+	e.Raw(`,"decision":`)
+	e.String(string(r.Decision))
+	e.Raw(`,"reason":`)
+	e.String(r.Reason)
+	e.Raw(`,"duplicate_decision":`)
+	e.String(string(r.DuplicateDecision))
+	e.Raw(`,"ordering_decision":`)
+	e.String(r.OrderingDecision)
+	e.OmitEmpty(`,"latest_version_at_decision":`, r.LatestVersionAtDecision)
+	e.Raw(`,"payload_sha256":`)
+	e.String(r.PayloadSHA256)
+	e.Raw(`,"first_seen":`)
+	e.Time(r.FirstSeen)
+	e.Raw(`,"last_seen":`)
+	e.Time(r.LastSeen)
+	e.Raw(`,"attempts":`)
+	e.Int(r.Attempts)
+	e.Raw(`,"deliveries":`)
 	if r.Deliveries == nil {
-		e.raw("null")
+		e.Raw("null")
 	} else {
-		e.raw("[")
+		e.Raw("[")
 		for i, d := range r.Deliveries {
 			if i > 0 {
-				e.raw(",")
+				e.Raw(",")
 			}
-			e.raw(`{"delivery_id":`)
-			e.string(d.DeliveryID)
-			e.raw(`,"received_at":`)
-			e.time(d.ReceivedAt)
-			e.raw(`,"decision":`)
-			e.string(string(d.Decision))
-			e.raw("}")
+			e.Raw(`{"delivery_id":`)
+			e.String(d.DeliveryID)
+			e.Raw(`,"received_at":`)
+			e.Time(d.ReceivedAt)
+			e.Raw(`,"decision":`)
+			e.String(string(d.Decision))
+			e.Raw("}")
 		}
-		e.raw("]")
+		e.Raw("]")
 	}
-	e.raw(`,"forward":`)
+	e.Raw(`,"forward":`)
 	e.forward(&r.Forward)
-	e.raw("}")
+	e.Raw("}")
 }
 
 func (e *encoder) forward(f *webhookd.ForwardStatus) {
-	e.raw(`{"state":`)
-	e.string(string(f.State))
-	e.raw(`,"attempts":`)
-	e.int(f.Attempts)
+	e.Raw(`{"state":`)
+	e.String(string(f.State))
+	e.Raw(`,"attempts":`)
+	e.Int(f.Attempts)
 	if f.LastStatus != 0 {
-		e.raw(`,"last_status":`)
-		e.int(f.LastStatus)
+		e.Raw(`,"last_status":`)
+		e.Int(f.LastStatus)
 	}
-	e.omitEmpty(`,"last_error":`, f.LastError)
+	e.OmitEmpty(`,"last_error":`, f.LastError)
 	if f.NextAttemptAt != nil {
-		e.raw(`,"next_attempt_at":`)
-		e.time(*f.NextAttemptAt)
+		e.Raw(`,"next_attempt_at":`)
+		e.Time(*f.NextAttemptAt)
 	}
 	if f.DeliveredAt != nil {
-		e.raw(`,"delivered_at":`)
-		e.time(*f.DeliveredAt)
+		e.Raw(`,"delivered_at":`)
+		e.Time(*f.DeliveredAt)
 	}
-	e.raw("}")
+	e.Raw("}")
 }
 
 func (e *encoder) latest(l *versioning.Latest) {
-	e.raw(`{"version":`)
-	e.string(l.Version)
-	e.raw(`,"order":`)
-	e.b = strconv.AppendUint(e.b, l.Order, 10)
-	e.raw(`,"request_id":`)
-	e.string(l.RequestID)
-	e.raw(`,"updated_at":`)
-	e.time(l.UpdatedAt)
-	e.raw("}")
+	e.Raw(`{"version":`)
+	e.String(l.Version)
+	e.Raw(`,"order":`)
+	e.Uint(l.Order)
+	e.Raw(`,"request_id":`)
+	e.String(l.RequestID)
+	e.Raw(`,"updated_at":`)
+	e.Time(l.UpdatedAt)
+	e.Raw("}")
 }
-
-func (e *encoder) raw(s string) { e.b = append(e.b, s...) }
-
-func (e *encoder) int(n int) { e.b = strconv.AppendInt(e.b, int64(n), 10) }
-
-// omitEmpty writes a string field tagged omitempty.
-func (e *encoder) omitEmpty(key, s string) { e.b = jsonenc.AppendOmitEmpty(e.b, key, s) }
-
-// time writes t as time.Time's MarshalJSON does; the first error sticks.
-func (e *encoder) time(t time.Time) {
-	var err error
-	if e.b, err = jsonenc.AppendTime(e.b, t); err != nil && e.err == nil {
-		e.err = err
-	}
-}
-
-// string writes s quoted as encoding/json does.
-func (e *encoder) string(s string) { e.b = jsonenc.AppendString(e.b, s) }
