@@ -26,10 +26,11 @@
 // Values read from Badger are copied out of the transaction (ValueCopy or
 // decoding), since Badger's bytes are valid only inside it.
 //
-// Values are JSON, read back with encoding/json. Receipts, latest versions
-// and forward statuses, written at every decision or forward attempt, are
-// encoded by hand (encode.go) into exactly the bytes encoding/json would
-// write, so the format is one.
+// Values are JSON. Receipts, latest versions and forward statuses, written
+// at every decision or forward attempt, are encoded by hand (encode.go)
+// into exactly the bytes encoding/json would write, and read back without
+// reflection (decode.go) into exactly what encoding/json would read, which
+// decodes anything the fast path does not expect: the format is one.
 //
 // Key layout (source names and request IDs never contain a NUL byte):
 //

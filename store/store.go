@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -333,7 +332,7 @@ type latestWrite struct {
 	latest versioning.Latest
 }
 
-// get decodes the JSON value at key into v. It reports false when the key is
+// get decodes the JSON value at key into v, a zero value. It reports false when the key is
 // absent or expired, and the key's expiry (0 for none) when present.
 func (t *tx) get(key []byte, v any) (found bool, expiresAt uint64, err error) {
 	item, err := t.txn.Get(key)
@@ -343,7 +342,7 @@ func (t *tx) get(key []byte, v any) (found bool, expiresAt uint64, err error) {
 	if err != nil {
 		return false, 0, unavailable(err)
 	}
-	if err := item.Value(func(b []byte) error { return json.Unmarshal(b, v) }); err != nil {
+	if err := item.Value(func(b []byte) error { return decode(b, v) }); err != nil {
 		return false, 0, fmt.Errorf("decode %q: %w", key, err)
 	}
 	return true, item.ExpiresAt(), nil
