@@ -181,4 +181,16 @@ func TestOpenRefusesAProxyItCannotUse(t *testing.T) {
 	if !strings.Contains(err.Error(), "billing") || !strings.Contains(err.Error(), `scheme "ftp"`) {
 		t.Errorf("error = %v, want the source and the proxy's scheme named", err)
 	}
+	// The gateway closes what it opened when starting fails: a forwarder
+	// that never started must not wait for itself.
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close(ctx) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close after a failed Open: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close after a failed Open did not return")
+	}
 }

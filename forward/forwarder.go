@@ -162,6 +162,7 @@ func (f *Forwarder) Open() error {
 		c, err := f.hostClient(r.Route)
 		if err != nil {
 			f.cancel()
+			close(f.done) // no scheduler to wait for: Close returns at once
 			return fmt.Errorf("forward %s: %w", name, err)
 		}
 		r.client = c
