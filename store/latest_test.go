@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/webhookd/webhookd"
@@ -84,5 +86,45 @@ func TestFailedOpLeavesNoLatestVersion(t *testing.T) {
 	}
 	if out := mustDecide(t, s, versioned("req-3", "sub_1", 4)); out.Decision != webhookd.Stale || out.LatestVersion != "5" {
 		t.Fatalf("version 4 in the next batch: %s (latest %s), want stale against 5", out.Decision, out.LatestVersion)
+	}
+}
+
+// An op whose writes Badger refuses part-way through (here a key in
+// Badger's own namespace, in production a value past Badger's size limit)
+// must leave none of them, wherever it sits in its batch.
+func TestOpRefusedPartWayLeavesNothing(t *testing.T) {
+	for _, at := range []int{0, 1} {
+		t.Run(fmt.Sprint("at ", at), func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			refused := &op{done: make(chan error, 1), stage: func(t *tx) error {
+				if err := t.setLatest("billing", "sub_2", versioning.Latest{Version: "9", Order: 9}); err != nil {
+					return err
+				}
+				t.setRaw([]byte("!badger!refused"), []byte("x"), 0)
+				return nil
+			}}
+			accepted := &op{done: make(chan error, 1), stage: func(t *tx) error {
+				_, err := s.stageDecision(t, versioned("req-1", "sub_1", 3))
+				return err
+			}}
+			ops := []*op{accepted}
+			ops = slices.Insert(ops, at, refused)
+			s.apply(ops)
+			if err := <-refused.done; err == nil {
+				t.Fatal("the refused op succeeded")
+			}
+			if err := <-accepted.done; err != nil {
+				t.Fatalf("the op beside it: %v", err)
+			}
+			if l, err := s.Latest(ctx, "billing", "sub_2"); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
+				t.Errorf("latest version of the refused op's resource: %+v, %v; want none", l, err)
+			}
+			if out := mustDecide(t, s, versioned("req-2", "sub_2", 4)); out.Decision != webhookd.Accepted {
+				t.Errorf("version 4 of the refused op's resource: %s, want accepted", out.Decision)
+			}
+			if l, err := s.Latest(ctx, "billing", "sub_1"); err != nil || l.Version != "3" {
+				t.Errorf("latest version of the accepted op's resource: %+v, %v; want 3", l, err)
+			}
+		})
 	}
 }

@@ -220,24 +220,24 @@ func (s *Store) commit(ops []*op) int {
 	var added []forward.Entry
 	for i, o := range ops {
 		t := &tx{txn: txn, seq: &s.nextSeq, latest: s.latest}
-		err := o.stage(t)
-		if err == nil {
-			err = t.flush()
+		if errs[i] = o.stage(t); errs[i] != nil {
+			continue
 		}
-		if err == nil {
-			added = append(added, t.added...)
-		}
-		if errors.Is(err, badger.ErrTxnTooBig) {
+		if err := t.flush(); err != nil {
 			// The transaction now holds part of o's writes: start again
-			// without o, or fail o alone if it cannot fit even by itself.
+			// without o, which then fails alone, at the head of the next
+			// commit, unless it only did not fit beside the ones before it.
 			txn.Discard()
-			if i == 0 {
-				o.done <- webhookd.Errorf(webhookd.EINVALID, "operation too big for one transaction")
-				return 1
+			if i > 0 {
+				return s.commit(ops[:i])
 			}
-			return s.commit(ops[:i])
+			if errors.Is(err, badger.ErrTxnTooBig) {
+				err = webhookd.Errorf(webhookd.EINVALID, "operation too big for one transaction")
+			}
+			o.done <- unavailable(err)
+			return 1
 		}
-		errs[i] = err
+		added = append(added, t.added...)
 	}
 	commitErr := txn.Commit()
 	if commitErr != nil {
