@@ -37,7 +37,7 @@ type Config struct {
 	Listen          string        `yaml:"listen" validate:"required,listen"`
 	DataDir         string        `yaml:"data_dir" validate:"required"`
 	ReceiptTTL      time.Duration `yaml:"receipt_ttl" validate:"gte=1s"`
-	MaxBody         int           `yaml:"max_body" validate:"gt=0"`
+	MaxBody         int           `yaml:"max_body" validate:"gt=0,lte=33554432"` // Badger refuses values over 64 MiB
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" validate:"gt=0"`
 	Log             Log           `yaml:"log"`
 	Admin           Admin         `yaml:"admin"`

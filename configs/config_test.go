@@ -98,6 +98,7 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 		{"bad listen", `{listen: "8080", sources: [{name: a, request_id: "json:id"}]}`, []string{"listen: must be host:port"}},
 		{"bad log level", `{log: {level: loud}, sources: [{name: a, request_id: "json:id"}]}`, []string{"log.level: must be one of: debug, info, warn, error"}},
 		{"unknown field", `{sources: [{name: a, request_id: "json:id", requestid: "json:x"}]}`, []string{"field requestid not found"}},
+		{"body too large to store", `{max_body: 67108864, sources: [{name: a, request_id: "json:id"}]}`, []string{"max_body: must be at most 33554432 (got 67108864)"}},
 		{"every problem at once", `{max_body: 0, sources: [{name: a}]}`, []string{"max_body: must be greater than 0", "sources[0].request_id: is required"}},
 	}
 	for _, tt := range tests {
