@@ -230,23 +230,32 @@ func (s *Store) Settle(ctx context.Context, e forward.Entry, r forward.Result) e
 	err := s.update(func(t *tx) error {
 		key := outboxKey(e.Seq)
 		status := webhookd.ForwardStatus{State: r.State, Attempts: r.Attempts, LastStatus: r.Status, LastError: r.Error}
+		// A rescheduled or dead entry is rewritten, so it is read and
+		// decoded; the common outcomes below only delete it.
 		switch r.State {
-		case webhookd.ForwardRetrying, webhookd.ForwardDead:
-			// The entry is rewritten, so it is read and decoded; the
-			// common outcomes below only delete it. A dead letter keeps
-			// its body: it outlives the payload key.
-			cur, found, err := t.getEntry(key, r.State == webhookd.ForwardDead)
+		case webhookd.ForwardRetrying:
+			// With the body it holds itself, if an older build wrote one
+			// into it: that body has no payload key.
+			b, err := t.getRaw(key)
+			if err != nil || b == nil {
+				return err
+			}
+			var cur forward.Entry
+			if err := cur.Decode(b, true); err != nil {
+				return fmt.Errorf("%q: %w", key, err)
+			}
+			cur.Attempts, cur.LastStatus, cur.LastError = r.Attempts, r.Status, r.Error
+			cur.NextAttemptAt, status.NextAttemptAt = r.NextAttemptAt, &r.NextAttemptAt
+			if err := t.setEntry(key, &cur); err != nil {
+				return err
+			}
+		case webhookd.ForwardDead:
+			// A dead letter keeps its body: it outlives the payload key.
+			cur, found, err := t.getEntry(key, true)
 			if err != nil || !found {
 				return err
 			}
 			cur.Attempts, cur.LastStatus, cur.LastError = r.Attempts, r.Status, r.Error
-			if r.State == webhookd.ForwardRetrying {
-				cur.NextAttemptAt, status.NextAttemptAt = r.NextAttemptAt, &r.NextAttemptAt
-				if err := t.setEntry(key, &cur); err != nil {
-					return err
-				}
-				break
-			}
 			t.delete(key)
 			cur.DeadAt, cur.BodyLost = &r.At, cur.Body == nil
 			if err := t.setEntry(deadKey(cur.Source, cur.RequestID), &cur); err != nil {

@@ -567,6 +567,29 @@ func TestOutboxEntryWithItsOwnBodyIsSentAsIs(t *testing.T) {
 	}
 }
 
+// Rescheduling such an entry after a failed attempt rewrites it: its body,
+// which has no payload key, must stay in it.
+func TestRetriedEntryKeepsItsOwnBody(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	old := forward.Entry{Source: "billing", RequestID: "req-1", Body: []byte(`{"old":"format"}`)}
+	if err := s.update(func(t *tx) error { return t.setEntry(outboxKey(1), &old) }); err != nil {
+		t.Fatal(err)
+	}
+	old.Seq = 1
+	retry := forward.Result{State: webhookd.ForwardRetrying, Attempts: 1, Status: 503, NextAttemptAt: time.Now().Add(time.Minute)}
+	if err := s.Settle(ctx, old, retry); err != nil {
+		t.Fatal(err)
+	}
+	forgetTail(s)
+	entries, err := s.Pending(ctx, 0, 10, 0)
+	if err != nil || len(entries) != 1 || entries[0].Attempts != 1 {
+		t.Fatalf("pending after the retry: %+v, %v", entries, err)
+	}
+	if body, err := s.Body(ctx, entries[0]); err != nil || string(body) != `{"old":"format"}` {
+		t.Errorf("Body after the retry = %q, %v; want the entry's own", body, err)
+	}
+}
+
 // A forwarder holds bodies up to a budget: the scan stops reading them
 // there, and Body reads one later from its payload key.
 func TestPendingReadsBodiesUpToTheBudget(t *testing.T) {
