@@ -63,6 +63,14 @@ func (t *tail) add(entries []forward.Entry) {
 	}
 }
 
+// forget sends Pending to Badger for every position before next: a commit
+// that failed may have left some of its entries there all the same.
+func (t *tail) forget(next uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.from, t.entries = next, nil
+}
+
 // after returns up to limit entries after position after; ok is false when
 // some of them may not be held and Badger must be read instead.
 func (t *tail) after(after uint64, limit int) (entries []forward.Entry, ok bool) {

@@ -244,8 +244,11 @@ func (s *Store) commit(ops []*op) int {
 		s.Logger.Error("commit batch", zap.Int("ops", len(ops)), zap.Error(commitErr))
 		commitErr = unavailable(commitErr)
 		// Badger may have applied part of a failed commit: forget
-		// everything rather than keep a value it no longer has.
+		// everything rather than keep a value it no longer has, and let
+		// the forwarder find any outbox entry it kept.
 		s.latest.reset()
+		s.tail.forget(s.nextSeq)
+		signal(s.notify)
 	} else {
 		s.latest.committed()
 		signal(s.committed)

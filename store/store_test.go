@@ -496,9 +496,19 @@ func TestTailHandsOverCommittedEntriesOnce(t *testing.T) {
 	if _, ok := tl.after(8, 10); ok {
 		t.Error("after overflowing, the tail still claims entries it dropped")
 	}
-	tl.add([]forward.Entry{{Seq: uint64(9 + maxTail + 1)}})
-	if got, ok := tl.after(uint64(9+maxTail), 10); !ok || !slices.Equal(seqs(got), []uint64{uint64(9 + maxTail + 1)}) {
+	next := uint64(9 + maxTail + 1)
+	tl.add([]forward.Entry{{Seq: next}})
+	if got, ok := tl.after(next-1, 10); !ok || !slices.Equal(seqs(got), []uint64{next}) {
 		t.Errorf("entries after the overflow: %v, %v", seqs(got), ok)
+	}
+	// After a failed commit, whose positions end before next+3, Badger
+	// is read for them.
+	tl.forget(next + 3)
+	if got, ok := tl.after(next, 10); ok {
+		t.Errorf("after a failed commit, the tail still answers for it: %v", seqs(got))
+	}
+	if got, ok := tl.after(next+2, 10); !ok || got != nil {
+		t.Errorf("after the failed commit's positions: %v, %v; want nothing held, from the tail", seqs(got), ok)
 	}
 }
 
