@@ -337,11 +337,15 @@ func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 		t.Errorf("dead letter = %+v", d)
 	}
 	eventually(t, "empty outbox", outboxEmpty(t, s))
+	// A redelivery moves the forward status into the receipt it rewrites.
+	if d := accept(t, s, "billing", "req-1", "sub_1", 1); d != webhookd.Duplicate {
+		t.Fatalf("redelivery: %s, want duplicate", d)
+	}
 	if err := s.DiscardDeadLetter(ctx, "billing", "req-1"); err != nil {
 		t.Fatal(err)
 	}
-	if st := receipt(t, s, "billing", "req-1").Forward.State; st != webhookd.ForwardDiscarded {
-		t.Errorf("after discard the receipt says %s", st)
+	if f := receipt(t, s, "billing", "req-1").Forward; f.State != webhookd.ForwardDiscarded || f.Attempts != 1 || f.LastStatus != 400 || f.LastError == "" {
+		t.Errorf("after discard the receipt says %+v, want discarded with the attempt that failed", f)
 	}
 	if dead, _ := s.DeadLetters(ctx, ""); len(dead) != 0 {
 		t.Errorf("dead letters after discard: %d", len(dead))

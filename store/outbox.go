@@ -348,7 +348,12 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string)
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
 		}
 		t.delete(key)
-		r := dedupe.Receipt{Source: source, RequestID: requestID}
+		// The status is the forward key's, or the receipt's once a
+		// redelivery folded it in; with no receipt there is none to keep.
+		var r dedupe.Receipt
+		if found, _, err := t.get(receiptKey(source, requestID), &r); err != nil || !found {
+			return err
+		}
 		if _, err := t.forwardStatus(&r); err != nil {
 			return err
 		}
