@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpproxy"
 	"golang.org/x/net/http/httpproxy"
+	xproxy "golang.org/x/net/proxy"
 )
 
 // maxAnswer bounds how much of a downstream's answer is read. Only its
@@ -85,16 +87,26 @@ func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFunc
 			return d.DialContext(f.ctx, "tcp", addr)
 		}, nil
 	}
-	var dial fasthttp.DialFunc
 	switch proxy.Scheme {
 	case "http":
-		dial = fasthttpproxy.FasthttpHTTPDialerDualStackTimeout(proxy.String(), timeout)
+		dial := fasthttpproxy.FasthttpHTTPDialerDualStackTimeout(proxy.String(), timeout)
+		return func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }, nil
 	case "socks5", "socks5h":
-		dial = fasthttpproxy.FasthttpSocksDialerDualStack(proxy.String())
-	default:
-		return nil, fmt.Errorf("proxy %s for %s: scheme %q is not supported (http, socks5)", proxy.Redacted(), u.Redacted(), proxy.Scheme)
+		// Dialled with a context, so that the attempt's timeout and Close
+		// bound the handshake too: a proxy that accepts and never answers
+		// would otherwise hold the attempt for good.
+		d, err := xproxy.FromURL(proxy, &net.Dialer{})
+		if err != nil {
+			return nil, fmt.Errorf("proxy %s for %s: %w", proxy.Redacted(), u.Redacted(), err)
+		}
+		socks := d.(xproxy.ContextDialer)
+		return func(addr string, timeout time.Duration) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(f.ctx, timeout)
+			defer cancel()
+			return socks.DialContext(ctx, "tcp", addr)
+		}, nil
 	}
-	return func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }, nil
+	return nil, fmt.Errorf("proxy %s for %s: scheme %q is not supported (http, socks5)", proxy.Redacted(), u.Redacted(), proxy.Scheme)
 }
 
 // conns tracks the forwarder's open connections, because fasthttp cannot

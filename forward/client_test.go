@@ -168,6 +168,102 @@ func TestForwardsThroughTheEnvironmentsProxy(t *testing.T) {
 	}
 }
 
+func TestForwardsThroughASocks5Proxy(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, nil)
+	target := strings.TrimPrefix(down.URL, "http://")
+	proxy, tunnels := socks5Proxy(t, target, true)
+	t.Setenv("HTTP_PROXY", "socks5://"+proxy)
+	t.Setenv("NO_PROXY", "")
+	_, port, _ := net.SplitHostPort(target)
+	start(t, s, map[string]forward.Route{"billing": route("http://downstream.invalid:" + port + "/hooks")})
+	acceptRaw(t, s, "req-1", "application/json", "{}")
+	eventually(t, "delivered", delivered(t, s, "req-1"))
+	if n := tunnels.Load(); n < 1 {
+		t.Errorf("proxy tunnels = %d, want the delivery through it", n)
+	}
+}
+
+// A SOCKS5 proxy that takes the connection and never answers costs an
+// attempt its timeout, not the lane for good.
+func TestSilentSocks5ProxyFailsTheAttemptInTime(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	proxy, _ := socks5Proxy(t, "", false)
+	t.Setenv("HTTP_PROXY", "socks5://"+proxy)
+	t.Setenv("NO_PROXY", "")
+	r := route("http://downstream.invalid:9/hooks")
+	r.Timeout = 200 * time.Millisecond
+	start(t, s, map[string]forward.Route{"billing": r})
+	acceptRaw(t, s, "req-1", "application/json", "{}")
+	eventually(t, "a failed attempt", func() bool { return receipt(t, s, "billing", "req-1").Forward.Attempts >= 1 })
+}
+
+// socks5Proxy is a SOCKS5 proxy on loopback (no authentication, CONNECT
+// only) that tunnels every connection to target whatever host it names;
+// when answer is false it reads the greeting and never replies.
+func socks5Proxy(t *testing.T, target string, answer bool) (addr string, tunnels *atomic.Int32) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	tunnels = new(atomic.Int32)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				greeting := make([]byte, 2)
+				if _, err := io.ReadFull(r, greeting); err != nil || greeting[0] != 5 {
+					return
+				}
+				if _, err := io.ReadFull(r, make([]byte, greeting[1])); err != nil {
+					return
+				}
+				if !answer {
+					io.Copy(io.Discard, r) // until the client gives up
+					return
+				}
+				c.Write([]byte{5, 0})   // no authentication
+				head := make([]byte, 4) // version, CONNECT, reserved, address type
+				if _, err := io.ReadFull(r, head); err != nil || head[1] != 1 {
+					return
+				}
+				var skip int
+				switch head[3] {
+				case 1:
+					skip = 4
+				case 4:
+					skip = 16
+				case 3:
+					n, err := r.ReadByte()
+					if err != nil {
+						return
+					}
+					skip = int(n)
+				}
+				if _, err := io.ReadFull(r, make([]byte, skip+2)); err != nil { // address and port
+					return
+				}
+				up, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				tunnels.Add(1)
+				c.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0})
+				go io.Copy(up, r)
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	return ln.Addr().String(), tunnels
+}
+
 func TestOpenRefusesAProxyItCannotUse(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	t.Setenv("HTTPS_PROXY", "ftp://proxy.invalid:21")
