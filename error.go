@@ -11,6 +11,7 @@ const (
 	ENOTFOUND     = "not_found"
 	EMETHOD       = "method_not_allowed"
 	ETOOLARGE     = "too_large"
+	EUNSUPPORTED  = "unsupported"
 	EUNAUTHORIZED = "unauthorized"
 	ECONFLICT     = "conflict"
 	EUNAVAILABLE  = "unavailable"

@@ -215,6 +215,7 @@ var statuses = map[string]int{
 	webhookd.EMETHOD:       fiber.StatusMethodNotAllowed,
 	webhookd.ECONFLICT:     fiber.StatusConflict,
 	webhookd.ETOOLARGE:     fiber.StatusRequestEntityTooLarge,
+	webhookd.EUNSUPPORTED:  fiber.StatusUnsupportedMediaType,
 	webhookd.EUNAVAILABLE:  fiber.StatusServiceUnavailable,
 	webhookd.EINTERNAL:     fiber.StatusInternalServerError,
 }
@@ -249,6 +250,8 @@ func reasonOf(err error) string {
 		return "invalid"
 	case webhookd.ETOOLARGE:
 		return "too_large"
+	case webhookd.EUNSUPPORTED:
+		return "encoding"
 	case webhookd.ENOTFOUND:
 		return "unknown_source"
 	case webhookd.EUNAVAILABLE:

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -276,6 +278,10 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"header request ID missing", "POST", "strict", `{"updated_at":"2026-11-30T10:00:00Z"}`, []string{"X-Resource", "s"}, 400, "request_id", ""},
 		{"header resource missing", "POST", "strict", `{"updated_at":"2026-11-30T10:00:00Z"}`, []string{"Idempotency-Key", "r13"}, 400, "resource", "r13"},
 		{"delivery ID too long", "POST", "billing", billing("r14", "s", 1), []string{"X-Delivery-Id", long}, 400, "delivery_id", "r14"},
+		{"gzip body", "POST", "billing", gzipped(t, billing("r15", "s", 1)), []string{"Content-Encoding", "gzip"}, 415, "Content-Encoding", "r15"},
+		{"body that is not the gzip it claims", "POST", "billing", billing("r16", "s", 1), []string{"Content-Encoding", "gzip"}, 415, "Content-Encoding", "r16"},
+		{"request ID a lone surrogate", "POST", "billing", `{"request_id":"\ud800","data":{"object":{"id":"s","version":1}}}`, nil, 400, "request_id", ""},
+		{"version too long", "POST", "billing", billing("r17", "s", strings.Repeat("0", 300)+"1"), nil, 400, "version", "r17"},
 	}
 	for _, tt := range tests {
 		req := httptest.NewRequest(tt.method, "/hooks/"+tt.source, strings.NewReader(tt.body))
@@ -302,6 +308,26 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	if r := f.post("billing", billing("ok", "s", 1)); r.status != 202 {
 		t.Errorf("a good delivery after the bad ones: %d %v", r.status, r.body)
 	}
+}
+
+// gzipped returns s compressed, as a client that compresses its requests sends it.
+func gzipped(t *testing.T, s string) string {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	if _, err := io.WriteString(w, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestIdentityEncodingIsNoEncoding(t *testing.T) {
+	f := newFixture(t, nil)
+	req := httptest.NewRequest(http.MethodPost, "/hooks/billing", strings.NewReader(billing("r1", "s", 1)))
+	req.Header.Set("Content-Encoding", "identity")
+	expect(t, f.do(req), 202, "accepted")
 }
 
 func TestMethodNotAllowedSaysWhatIs(t *testing.T) {

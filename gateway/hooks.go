@@ -20,8 +20,9 @@ import (
 	"github.com/webhookd/webhookd/versioning"
 )
 
-// maxIDLen bounds request IDs, delivery IDs and resources: they are keys,
-// and a provider's IDs are far shorter.
+// maxIDLen bounds request IDs, delivery IDs, resources and versions: they
+// are keys, or stored beside them in every record, and a provider's are far
+// shorter.
 const maxIDLen = 256
 
 // selector finds one value in a delivery: a header, or a JSON path in the
@@ -209,7 +210,7 @@ func (s *Server) record(c *fiber.Ctx, source string, known bool, at time.Time, s
 		Method:   strings.Clone(c.Method()),
 		Path:     strings.Clone(c.Path()),
 		Headers:  headers,
-		Body:     string(c.Body()), // a copy; the writer base64-encodes it off the request path
+		Body:     string(c.Request().Body()), // as sent, and a copy; the writer base64-encodes it off the request path
 		Status:   status,
 		Decision: decision,
 	})
@@ -260,7 +261,14 @@ func orNull(s string) *string {
 // a validated Delivery, or an error blaming the field at fault. Nothing is
 // written for a request that fails here.
 func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
-	body := c.Body()
+	// Bodies are taken as sent: Fiber's Body would inflate a compressed one
+	// past max_body, before the signature check, and swap a broken one for
+	// its error message.
+	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(strings.TrimSpace(enc), "identity") {
+		return webhookd.Delivery{}, &webhookd.Error{Code: webhookd.EUNSUPPORTED, Field: fiber.HeaderContentEncoding,
+			Message: fmt.Sprintf("Content-Encoding %q is not accepted: send the body uncompressed", enc)}
+	}
+	body := c.Request().Body()
 	if err := src.verifier.Verify(fiberHeaders{c}, body, s.now()); err != nil {
 		return webhookd.Delivery{}, unauthorized(err)
 	}
@@ -284,6 +292,9 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 		}
 		if d.Version == "" {
 			return d, webhookd.FieldErrorf("version", "version is missing (%s)", src.Source.Version)
+		}
+		if problem := keyProblem(d.Version); problem != "" {
+			return d, webhookd.FieldErrorf("version", "version %s", problem)
 		}
 		if d.VersionOrder, err = versioning.Parse(src.VersionFormat, d.Version); err != nil {
 			return d, webhookd.FieldErrorf("version", "version %q is not a valid %s version", d.Version, src.VersionFormat)
@@ -359,17 +370,19 @@ func keyProblem(v string) string {
 	case len(v) > maxIDLen:
 		return fmt.Sprintf("is longer than %d bytes", maxIDLen)
 	case !printable(v):
-		return "must be UTF-8 without control characters"
+		return "must be UTF-8 text without control characters or U+FFFD"
 	}
 	return ""
 }
 
+// printable refuses U+FFFD too: JSON decoding turns every lone surrogate
+// escape into it, so "\ud800" and "\udbff" would be one key.
 func printable(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError {
 			return false
 		}
 	}
