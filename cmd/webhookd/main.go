@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -162,21 +163,35 @@ func (m *Main) Run(ctx context.Context) error {
 	return nil
 }
 
-// openRecorders opens one recorder per recording file and maps each source
-// to its own or the global one; "" (unknown sources) gets the global one.
-// A file that cannot be opened is logged, not fatal: recording never stops
-// deliveries, and the recorder keeps trying to open it.
+// openRecorders opens one recorder per recording file, however its path is
+// spelt, and maps each source to its own or the global one; "" (unknown
+// sources) gets the global one. A file's recorder redacts every header that
+// any of the configurations writing to it names: redacting more than one
+// source asked for is safe, less would leak. A file that cannot be opened
+// is logged, not fatal: recording never stops deliveries, and the recorder
+// keeps trying to open it.
 func (m *Main) openRecorders() map[string]gateway.Recorder {
-	byPath := make(map[string]*replay.FileRecorder)
+	records := []*configs.Record{m.Config.Record}
+	for _, s := range m.Config.Sources {
+		records = append(records, s.Record)
+	}
+	redact := make(map[string][]string)
+	for _, r := range records {
+		if r != nil {
+			redact[fileOf(r)] = append(redact[fileOf(r)], r.Redact...)
+		}
+	}
+	byFile := make(map[string]*replay.FileRecorder)
 	open := func(r *configs.Record) gateway.Recorder {
-		if rec, ok := byPath[r.Path]; ok {
+		file := fileOf(r)
+		if rec, ok := byFile[file]; ok {
 			return rec
 		}
-		rec, err := replay.NewFileRecorder(r.Path, r.Redact, m.Logger.Named("record"))
+		rec, err := replay.NewFileRecorder(r.Path, redact[file], m.Logger.Named("record"))
 		if err != nil {
 			m.Logger.Error("open recording; deliveries go on unrecorded until it opens", zap.String("path", r.Path), zap.Error(err))
 		}
-		byPath[r.Path] = rec
+		byFile[file] = rec
 		m.recorders = append(m.recorders, rec)
 		return rec
 	}
@@ -193,6 +208,14 @@ func (m *Main) openRecorders() map[string]gateway.Recorder {
 		}
 	}
 	return recorders
+}
+
+// fileOf names the file r records to, the same however its path is spelt.
+func fileOf(r *configs.Record) string {
+	if abs, err := filepath.Abs(r.Path); err == nil {
+		return abs
+	}
+	return filepath.Clean(r.Path)
 }
 
 // routes turns each forwarding source's configuration into a route.
