@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"reflect"
@@ -281,10 +282,13 @@ func (c *Config) Validate() error {
 				problems = append(problems, fmt.Sprintf("sources[%d].verify.%v", i, err))
 			}
 		}
+		if s.Name == "unknown" {
+			problems = append(problems, fmt.Sprintf("sources[%d].name: %q is reserved: it is the metrics label of requests to no configured source", i, s.Name))
+		}
 		if f := s.Forward; f != nil && f.MaxAttempts > 0 {
 			// An entry still retrying when its payload expires is
 			// dead-lettered without a body.
-			longest := time.Duration(f.MaxAttempts-1)*f.Backoff.Max + time.Duration(f.MaxAttempts)*f.Timeout
+			longest := addSat(mulSat(f.MaxAttempts-1, f.Backoff.Max), mulSat(f.MaxAttempts, f.Timeout))
 			if longest >= c.ReceiptTTL {
 				problems = append(problems, fmt.Sprintf("sources[%d].forward.max_attempts: retries may take up to %s (attempts × timeout and backoff.max), not less than receipt_ttl %s, which is how long the payload is kept", i, longest, c.ReceiptTTL))
 			}
@@ -306,6 +310,22 @@ type ValidationError struct{ Problems []string }
 
 func (e *ValidationError) Error() string {
 	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+// mulSat and addSat saturate instead of wrapping around, so that a huge
+// max_attempts cannot pass the retry window check by overflowing it.
+func mulSat(n int, d time.Duration) time.Duration {
+	if n > 0 && d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * d
+}
+
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 var validate = newValidator()

@@ -69,6 +69,24 @@ sources: [{name: billing, request_id: "json:id"}]
 	}
 }
 
+// An expanded value is text: a secret that reads as YAML's null stays
+// itself, and a number field refuses one at start.
+func TestExpandedValuesStayText(t *testing.T) {
+	t.Setenv("WEBHOOKD_TEST_TOKEN", "null")
+	t.Setenv("WEBHOOKD_TEST_MAX_BODY", "2048")
+	cfg, err := Parse([]byte("admin:\n  token: ${WEBHOOKD_TEST_TOKEN}\nsources: [{name: a, request_id: \"json:id\"}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Admin.Token != "null" {
+		t.Errorf("token = %q, want null, as text", cfg.Admin.Token)
+	}
+	_, err = Parse([]byte("max_body: ${WEBHOOKD_TEST_MAX_BODY}\nsources: [{name: a, request_id: \"json:id\"}]\n"))
+	if err == nil || !strings.Contains(err.Error(), "2048") {
+		t.Errorf("a number from the environment: %v, want it refused, naming the value", err)
+	}
+}
+
 func TestParseUnsetVariableIsEmpty(t *testing.T) {
 	os.Unsetenv("WEBHOOKD_TEST_UNSET")
 	cfg, err := Parse([]byte(`{admin: {token: "${WEBHOOKD_TEST_UNSET}"}, sources: [{name: a, request_id: "json:id"}]}`))
@@ -98,6 +116,8 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 		{"bad listen", `{listen: "8080", sources: [{name: a, request_id: "json:id"}]}`, []string{"listen: must be host:port"}},
 		{"bad log level", `{log: {level: loud}, sources: [{name: a, request_id: "json:id"}]}`, []string{"log.level: must be one of: debug, info, warn, error"}},
 		{"unknown field", `{sources: [{name: a, request_id: "json:id", requestid: "json:x"}]}`, []string{"field requestid not found"}},
+		{"reserved source name", `sources: [{name: unknown, request_id: "json:id"}]`, []string{`sources[0].name: "unknown" is reserved`}},
+		{"retries that overflow the window check", `{sources: [{name: a, request_id: "json:id", forward: {url: "http://127.0.0.1:9/", max_attempts: 30000000, timeout: 1h, backoff: {max: 1000h}}}]}`, []string{"sources[0].forward.max_attempts: retries may take up to"}},
 		{"body too large to store", `{max_body: 67108864, sources: [{name: a, request_id: "json:id"}]}`, []string{"max_body: must be at most 33554432 (got 67108864)"}},
 		{"every problem at once", `{max_body: 0, sources: [{name: a}]}`, []string{"max_body: must be greater than 0", "sources[0].request_id: is required"}},
 	}

@@ -243,7 +243,8 @@ func routes(cfg *configs.Config) map[string]forward.Route {
 }
 
 // Close stops intake first, so nothing new arrives, then the forwarder,
-// then closes the store. It returns the first error; later calls do nothing.
+// then closes the store. It returns every error, joined; later calls do
+// nothing.
 func (m *Main) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() { m.closeErr = m.close(ctx) })
 	return m.closeErr
@@ -263,10 +264,5 @@ func (m *Main) close(ctx context.Context) error {
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())
 	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(errs...)
 }
