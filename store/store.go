@@ -335,8 +335,9 @@ type latestWrite struct {
 	latest versioning.Latest
 }
 
-// get decodes the JSON value at key into v, a zero value. It reports false when the key is
-// absent or expired, and the key's expiry (0 for none) when present.
+// get decodes the JSON value at key into v, a zero value. It reports false
+// when the key is absent or expired, and the key's expiry (0 for none) when
+// present.
 func (t *tx) get(key []byte, v any) (found bool, expiresAt uint64, err error) {
 	item, err := t.txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
