@@ -57,6 +57,7 @@ PIDS=()
 CGROUP=
 cleanup() {
 	local pid
+	trap '' INT TERM # a second Ctrl-C must not cut the cleanup short
 	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
 	for pid in "${PIDS[@]}"; do
 		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -67,6 +68,13 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# forget PID: it has been waited for, so cleanup must not signal a number
+# the kernel may have given to another process since.
+forget() {
+	local keep=() p
+	for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+	PIDS=("${keep[@]}")
+}
 
 # --- tools and builds --------------------------------------------------------
 if ! command -v wrk >/dev/null; then
@@ -88,6 +96,7 @@ done
 
 # --- helpers -----------------------------------------------------------------
 CLK_TCK=$(getconf CLK_TCK)
+NCPU=$(getconf _NPROCESSORS_ONLN) # what /proc/stat counts, whatever this shell's affinity
 now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.${2:-0}f\", ($1) }"; }
 cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; } # utime + stime
@@ -103,12 +112,12 @@ rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 rss_detail() { awk '/^(VmRSS|RssAnon|RssFile):/ { printf "%s %.0f MiB ", $1, $2 / 1024 }' "/proc/$1/status"; }
 disk_bytes() { du -sk "$1" | awk '{ printf "%.0f", $1 * 1024 }'; } # allocated blocks, not apparent size
 wait_up() {                                               # URL
-	for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
+	for _ in $(seq 100); do curl -s --max-time 1 -o /dev/null "$1" && return 0; sleep 0.1; done
 	say "$1 did not come up" >&2
 	exit 1
 }
 # metric NAME [LABEL-SUBSTRING]: the sum of the matching series in one scrape.
-scrape() { curl -sf "$METRICS_URL" >"$WORK/metrics.txt"; }
+scrape() { curl -sf --max-time 10 "$METRICS_URL" >"$WORK/metrics.txt"; }
 metric() {
 	awk -v name="$1" -v label="${2:-}" '
 		index($0, name) == 1 && (substr($0, length(name) + 1, 1) ~ /[{ ]/) && index($0, label) { sum += $NF }
@@ -163,8 +172,10 @@ phase() {
 	children_cpu
 	w0=$CHILD_CPU c0=$(cpu_ticks "$pid") s0=$(sys_ticks) io0=$(written "$pid") t0=$(now)
 	[ -z "$DOWN_PID" ] || d0=$(cpu_ticks "$DOWN_PID")
-	section "phase $name: wrk -t$THREADS -c$CONNS -d${DURATION}s --latency $url -- $*"
-	wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s bench/webhook.lua "$url" -- "$@" | tee "$out"
+	section "phase $name: wrk -t$THREADS -c$CONNS -d${DURATION}s --timeout 30s --latency $url -- $*"
+	# --timeout 30s: at wrk's default of 2 s, slower answers would count as
+	# socket errors and drop out of the latencies.
+	wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --timeout 30s --latency -s bench/webhook.lua "$url" -- "$@" | tee "$out"
 	t1=$(now) c1=$(cpu_ticks "$pid") s1=$(sys_ticks) io1=$(written "$pid")
 	[ -z "$DOWN_PID" ] || d1=$(cpu_ticks "$DOWN_PID")
 	children_cpu
@@ -178,7 +189,7 @@ phase() {
 	cpu=$(calc "($c1 - $c0) / $CLK_TCK / $wall * 100")
 	downcpu=$(calc "($d1 - $d0) / $CLK_TCK / $wall * 100")
 	wrkcpu=$(calc "($w1 - $w0) / $wall * 100")
-	read -r busy steal < <(echo "$s0 $s1" | awk -v n="$(nproc)" '{
+	read -r busy steal < <(echo "$s0 $s1" | awk -v n="$NCPU" '{
 		all = $4 - $1; printf "%.1f %.0f\n", n * 100 * (all - ($5 - $2) - ($6 - $3)) / all, n * 100 * ($6 - $3) / all }')
 	other=$(calc "$busy - $cpu - $downcpu - $wrkcpu")
 
@@ -205,7 +216,7 @@ phase() {
 	ROWS+=("$name|$rps|$(calc "$p50_us / 1000" 2)|$(calc "$p90_us / 1000" 2)|$(calc "$p99_us / 1000" 2)|$(calc "$max_us / 1000")|$serverp99|$ratio|$fwd|$outbox|$rss|$perreceipt|$(calc "($io1 - $io0) / $requests / 1024" 1)|$cpu|$downcpu|$wrkcpu|$other|$steal|$non2xx3xx / $((connect + read + write + timeout))|$decisions")
 }
 
-say "machine: $(nproc) cores, $(awk '/^model name/ { sub(/.*: /, ""); print; exit }' /proc/cpuinfo), $(awk '/^MemTotal:/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, kernel $(uname -r), $(go version | cut -d' ' -f3), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+say "machine: $NCPU cores, $(awk '/^model name/ { sub(/.*: /, ""); print; exit }' /proc/cpuinfo), $(awk '/^MemTotal:/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, kernel $(uname -r), $(go version | cut -d' ' -f3), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 say "work dir: $WORK; webhookd binary sha256 $(sha256sum "$WORK/bin/webhookd" | cut -c1-12)"
 
 # 1. The ceiling first, alone on the machine: a bare Fiber endpoint.
@@ -214,6 +225,8 @@ CEILING_PID=$! PIDS+=("$CEILING_PID")
 wait_up "http://$HOST:$CEILING_PORT/"
 phase ceiling "$CEILING_PID" "$CEILING_URL" ceiling
 kill -TERM "$CEILING_PID"
+wait "$CEILING_PID" 2>/dev/null || true
+forget "$CEILING_PID"
 
 # 2. The downstream and webhookd on a fresh data directory.
 "$WORK/bin/downstream" -listen "$HOST:$DOWN_PORT" >"$WORK/downstream.log" 2>&1 &
@@ -283,7 +296,7 @@ phase dup "$HOOKD_PID" "$HOOK_URL" dup "${SENT[1]}" "${SENT[2]}"
 phase mixed "$HOOKD_PID" "$HOOK_URL" mixed
 # The downstream holds what it gets, so that intake builds an outbox
 # backlog; the drain below then times forwarding alone.
-curl -sf -X POST "http://$HOST:$DOWN_PORT/hold"
+curl -sf --max-time 10 -X POST "http://$HOST:$DOWN_PORT/hold"
 phase backlog "$HOOKD_PID" "$HOOK_URL" backlog
 
 # 3. Drain: drain releases the downstream (if it holds) and times the outbox
@@ -294,7 +307,7 @@ drain() {
 	pending=$(metric webhookd_outbox_pending 'source="bench"')
 	section "drain: $pending entries pending; releasing the downstream, waiting up to ${DRAIN_TIMEOUT}s"
 	c0=$(cpu_ticks "$HOOKD_PID") dc0=$(cpu_ticks "$DOWN_PID") d0=$(now) drained=${c[5]}
-	curl -sf -X POST "http://$HOST:$DOWN_PORT/release"
+	curl -sf --max-time 10 -X POST "http://$HOST:$DOWN_PORT/release"
 	while [ "$pending" -gt 0 ] && [ "$(calc "$(now) - $d0 < $DRAIN_TIMEOUT")" = 1 ]; do
 		sleep 0.2
 		scrape
@@ -308,11 +321,11 @@ drain() {
 	DRAIN_ROW+="|$(calc "($c1 - $c0) / $CLK_TCK / $wall * 100")|$(calc "($dc1 - $dc0) / $CLK_TCK / $wall * 100")|-|-|-|-|forwarded $((c[5] - drained)) in $(calc "$wall" 1) s"
 	if [ "$pending" -gt 0 ]; then
 		say "OUTBOX DID NOT DRAIN within ${DRAIN_TIMEOUT}s; first entries:"
-		curl -s -H "Authorization: Bearer $ADMIN_TOKEN" "http://$HOST:$ADMIN_PORT/admin/outbox?source=bench" | head -c 2000
+		curl -s --max-time 10 -H "Authorization: Bearer $ADMIN_TOKEN" "http://$HOST:$ADMIN_PORT/admin/outbox?source=bench" | head -c 2000
 		echo
 	fi
 	say "totals: accepted ${c[0]}, duplicate ${c[1]}, stale ${c[2]}, conflict ${c[3]}, rejected ${c[4]};" \
-		"forwards delivered ${c[5]}, retried ${c[6]}, dead ${c[7]}; downstream $(curl -s "$COUNT_URL")"
+		"forwards delivered ${c[5]}, retried ${c[6]}, dead ${c[7]}; downstream $(curl -s --max-time 10 "$COUNT_URL")"
 }
 drain
 ROWS+=("$DRAIN_ROW")
@@ -329,7 +342,7 @@ say "webhookd: $(rss_detail "$HOOKD_PID")(Go heap in use $(calc "$(metric go_mem
 grep -v '^webhookd: ' "$WORK/webhookd.log" | head -5 || true
 
 # 4. The table.
-section "results: wrk -t$THREADS -c$CONNS -d${DURATION}s per phase, 1024-byte bodies, forward.concurrency $FORWARD_CONCURRENCY, 127.0.0.1, $(nproc) cores shared by wrk and the servers"
+section "results: wrk -t$THREADS -c$CONNS -d${DURATION}s per phase, 1024-byte bodies, forward.concurrency $FORWARD_CONCURRENCY, 127.0.0.1, $NCPU cores shared by wrk and the servers"
 say "vs ceiling = req/s / ceiling req/s; RSS = the server's VmRSS right after the phase"
 say "CPU columns: % of one core over the phase (utime+stime from /proc); other = busy machine time not in the three processes (kernel, other processes); steal = taken by the hypervisor"
 say "fwd/s = forwards delivered during the phase / phase time; outbox = pending right after the phase; B/receipt = du of the data dir / (accepted + stale) so far"
@@ -360,6 +373,7 @@ if [ "$SOAK_MIN" != 0 ]; then
 	done
 	soak_c1=$(cpu_ticks "$HOOKD_PID")
 	wait "$LOADGEN_PID" || true
+	forget "$LOADGEN_PID"
 	children_cpu
 	soak_wall=$(calc "$(now) - $soak_t0" 3)
 	cat "$WORK/loadgen.txt"

@@ -44,6 +44,12 @@ func main() {
 	// Up to a second of requests may queue behind busy connections, so a
 	// stall is caught up afterwards instead of lowering the rate.
 	jobs := make(chan int, max(*conns, int(*rate)))
+	// A request's latency runs from the moment it was due (the schedule
+	// releases requests every millisecond), not from when a connection was
+	// free to send it: a stalled server holds up the requests queued behind
+	// it too, and timing from the send would hide that.
+	start := time.Now()
+	due := func(i int) time.Time { return start.Add(time.Duration(float64(i) / *rate * float64(time.Second))) }
 	var ok2xx, other, failed atomic.Int64
 	latencies := make([][]time.Duration, *conns)
 	var wg sync.WaitGroup
@@ -54,15 +60,17 @@ func main() {
 					*prefix, i, *prefix, i%1000, i)
 				at := i * 7919 % (len(pad) - 1024)
 				body := head + pad[at:at+1024-len(head)-3] + `"}}`
-				start := time.Now()
 				resp, err := client.Post(*url, "application/json", bytes.NewBufferString(body))
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				// A failed request counts too, for as long as it took.
+				latencies[w] = append(latencies[w], time.Since(due(i)))
 				if err != nil {
 					failed.Add(1)
 					continue
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				latencies[w] = append(latencies[w], time.Since(start))
 				if resp.StatusCode/100 == 2 {
 					ok2xx.Add(1)
 				} else {
@@ -74,8 +82,7 @@ func main() {
 
 	// Release requests on schedule; "behind" counts the requests the
 	// schedule had to wait for because the queue (a second of requests)
-	// was full. Latencies run from the request's start, not its due time.
-	start := time.Now()
+	// was full.
 	sent, behind := 0, 0
 	for {
 		elapsed := time.Since(start)
@@ -108,7 +115,7 @@ func main() {
 		}
 		return all[min(len(all)-1, int(p*float64(len(all))))]
 	}
-	fmt.Printf("LOADGEN target_rate=%.0f scheduled=%d done=%d achieved_rate=%.0f 2xx=%d non2xx=%d errors=%d behind=%d p50=%v p99=%v p99.9=%v max=%v\n",
+	fmt.Printf("LOADGEN target_rate=%.0f scheduled=%d done=%d achieved_rate=%.0f 2xx=%d non2xx=%d errors=%d behind=%d p50=%v p99=%v p99.9=%v max=%v (from each request's due time)\n",
 		*rate, sent, len(all), float64(len(all))/took.Seconds(), ok2xx.Load(), other.Load(), failed.Load(), behind,
 		pct(0.50), pct(0.99), pct(0.999), pct(1))
 }
