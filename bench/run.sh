@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/run.sh: one-command load benchmark of webhookd (README, "Load benchmark").
 #
-#   bench/run.sh [-d SECONDS] [--soak MINUTES] [--drain SECONDS] [--workdir DIR]
-#                [--memory-limit BYTES]
+#   bench/run.sh [-d SECONDS] [--soak MINUTES] [--soak-rate PER_SECOND]
+#                [--drain SECONDS] [--workdir DIR] [--memory-limit BYTES]
 #
 # Builds webhookd and the helpers (bench/ceiling, bench/downstream,
 # bench/loadgen) into a work directory, starts them on 127.0.0.1 only, runs
@@ -13,13 +13,15 @@
 # outbox draining (forwarding alone) and prints a table. With --memory-limit,
 # webhookd runs in a memory cgroup of that size, as in a container (root).
 # Everything it starts is stopped by PID on exit. Environment variables
-# BENCH_DURATION, BENCH_SOAK_MINUTES, BENCH_DRAIN_TIMEOUT, BENCH_WORKDIR and
-# BENCH_MEMORY_LIMIT are the flags' defaults; BENCH_FORWARD_CONCURRENCY (64)
+# BENCH_DURATION, BENCH_SOAK_MINUTES, BENCH_SOAK_RATE (0: half the accept
+# phase's rate), BENCH_DRAIN_TIMEOUT, BENCH_WORKDIR and BENCH_MEMORY_LIMIT
+# are the flags' defaults; BENCH_FORWARD_CONCURRENCY (64)
 # sets the bench source's forward.concurrency.
 set -euo pipefail
 
 DURATION=${BENCH_DURATION:-20}
 SOAK_MIN=${BENCH_SOAK_MINUTES:-0}
+SOAK_RATE=${BENCH_SOAK_RATE:-0}
 DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-120}
 FORWARD_CONCURRENCY=${BENCH_FORWARD_CONCURRENCY:-64}
 WORK=${BENCH_WORKDIR:-}
@@ -30,10 +32,11 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	-d | --duration) DURATION=$2; shift 2 ;;
 	--soak) SOAK_MIN=$2; shift 2 ;;
+	--soak-rate) SOAK_RATE=$2; shift 2 ;;
 	--drain) DRAIN_TIMEOUT=$2; shift 2 ;;
 	--workdir) WORK=$2; shift 2 ;;
 	--memory-limit) MEMORY_LIMIT=$2; shift 2 ;;
-	-h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,19p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -355,8 +358,11 @@ say "KiB written/req = what the server had written to disk during the phase (/pr
 
 # 5. Soak (optional): half the accept phase's rate, RSS every 10 s.
 if [ "$SOAK_MIN" != 0 ]; then
-	rate=$(calc "$ACCEPT_RPS / 2")
-	section "soak: ${SOAK_MIN} min at $rate req/s (half the accept phase), $CONNS connections, RSS every 10 s"
+	rate=$SOAK_RATE how="as asked"
+	if [ "$rate" = 0 ]; then
+		rate=$(calc "$ACCEPT_RPS / 2") how="half the accept phase"
+	fi
+	section "soak: ${SOAK_MIN} min at $rate req/s ($how), $CONNS connections, RSS every 10 s"
 	children_cpu
 	soak_w0=$CHILD_CPU soak_c0=$(cpu_ticks "$HOOKD_PID") soak_t0=$(now)
 	"$WORK/bin/loadgen" -url "$HOOK_URL" -rate "$rate" -duration "${SOAK_MIN}m" -conns "$CONNS" -prefix "soak$RANDOM" >"$WORK/loadgen.txt" 2>&1 &
