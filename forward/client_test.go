@@ -150,37 +150,32 @@ func connectProxy(t *testing.T, target string) (addr string, tunnels *atomic.Int
 	return ln.Addr().String(), tunnels
 }
 
-// HTTP_PROXY is honoured as Go's own client honours it. The downstream's
-// name does not resolve, so only the proxy can reach it.
+// HTTP_PROXY is honoured as Go's own client honours it, for an HTTP and a
+// SOCKS5 proxy. The downstream's name does not resolve, so only the proxy
+// can reach it.
 func TestForwardsThroughTheEnvironmentsProxy(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	down := newDownstream(t, nil)
-	target := strings.TrimPrefix(down.URL, "http://")
-	proxy, tunnels := connectProxy(t, target)
-	t.Setenv("HTTP_PROXY", "http://"+proxy)
-	t.Setenv("NO_PROXY", "")
-	_, port, _ := net.SplitHostPort(target)
-	start(t, s, map[string]forward.Route{"billing": route("http://downstream.invalid:" + port + "/hooks")})
-	acceptRaw(t, s, "req-1", "application/json", "{}")
-	eventually(t, "delivered", delivered(t, s, "req-1"))
-	if n := tunnels.Load(); n < 1 {
-		t.Errorf("proxy tunnels = %d, want the delivery through it", n)
-	}
-}
-
-func TestForwardsThroughASocks5Proxy(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	down := newDownstream(t, nil)
-	target := strings.TrimPrefix(down.URL, "http://")
-	proxy, tunnels := socks5Proxy(t, target, true)
-	t.Setenv("HTTP_PROXY", "socks5://"+proxy)
-	t.Setenv("NO_PROXY", "")
-	_, port, _ := net.SplitHostPort(target)
-	start(t, s, map[string]forward.Route{"billing": route("http://downstream.invalid:" + port + "/hooks")})
-	acceptRaw(t, s, "req-1", "application/json", "{}")
-	eventually(t, "delivered", delivered(t, s, "req-1"))
-	if n := tunnels.Load(); n < 1 {
-		t.Errorf("proxy tunnels = %d, want the delivery through it", n)
+	for _, p := range []struct {
+		scheme string
+		serve  func(t *testing.T, target string) (addr string, tunnels *atomic.Int32)
+	}{
+		{"http", connectProxy},
+		{"socks5", func(t *testing.T, target string) (string, *atomic.Int32) { return socks5Proxy(t, target, true) }},
+	} {
+		t.Run(p.scheme, func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			down := newDownstream(t, nil)
+			target := strings.TrimPrefix(down.URL, "http://")
+			proxy, tunnels := p.serve(t, target)
+			t.Setenv("HTTP_PROXY", p.scheme+"://"+proxy)
+			t.Setenv("NO_PROXY", "")
+			_, port, _ := net.SplitHostPort(target)
+			start(t, s, map[string]forward.Route{"billing": route("http://downstream.invalid:" + port + "/hooks")})
+			acceptRaw(t, s, "req-1", "application/json", "{}")
+			eventually(t, "delivered", delivered(t, s, "req-1"))
+			if n := tunnels.Load(); n < 1 {
+				t.Errorf("proxy tunnels = %d, want the delivery through it", n)
+			}
+		})
 	}
 }
 
