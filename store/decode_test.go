@@ -68,19 +68,11 @@ func sameAsDecodingJSON[T any](t *testing.T, b []byte) {
 // too: a key the fast path does not know would make FuzzDecode pass
 // through encoding/json, and show nothing.
 func TestDecodeReadsWhatEncodeWrites(t *testing.T) {
-	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
-	r := &dedupe.Receipt{
-		Source: "s", RequestID: "r", Resource: "res", Version: "2", Decision: webhookd.Accepted,
-		Reason: "why", DuplicateDecision: dedupe.New, OrderingDecision: "newer",
-		LatestVersionAtDecision: "1", PayloadSHA256: "abc", FirstSeen: at, LastSeen: at,
-		Forward: webhookd.ForwardStatus{State: webhookd.ForwardRetrying, Attempts: 2, LastStatus: 503,
-			LastError: "busy", NextAttemptAt: &at, DeliveredAt: &at},
-	}
-	r.Record(dedupe.Delivery{DeliveryID: "d", ReceivedAt: at, Decision: webhookd.Accepted})
+	r, l := fullRecords()
 	for _, c := range []struct{ in, out any }{
 		{r, &dedupe.Receipt{}},
 		{&r.Forward, &webhookd.ForwardStatus{}},
-		{&versioning.Latest{Version: "2", Order: 2, RequestID: "r", UpdatedAt: at}, &versioning.Latest{}},
+		{l, &versioning.Latest{}},
 	} {
 		b, err := encode(c.in)
 		if err != nil {

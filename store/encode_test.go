@@ -72,16 +72,7 @@ func sameAsEncodingJSON(t *testing.T, v any) {
 // later and left at its zero value there, which an omitempty tag would
 // hide: every field of a full record appears in its encoding.
 func TestEncodeWritesEveryField(t *testing.T) {
-	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
-	r := &dedupe.Receipt{
-		Source: "s", RequestID: "r", Resource: "res", Version: "2", Decision: webhookd.Accepted,
-		Reason: "why", DuplicateDecision: dedupe.New, OrderingDecision: "newer",
-		LatestVersionAtDecision: "1", PayloadSHA256: "abc", FirstSeen: at, LastSeen: at,
-		Forward: webhookd.ForwardStatus{State: webhookd.ForwardRetrying, Attempts: 2, LastStatus: 503,
-			LastError: "busy", NextAttemptAt: &at, DeliveredAt: &at},
-	}
-	r.Record(dedupe.Delivery{DeliveryID: "d", ReceivedAt: at, Decision: webhookd.Accepted})
-	l := &versioning.Latest{Version: "2", Order: 2, RequestID: "r", UpdatedAt: at}
+	r, l := fullRecords()
 	receipt := fieldsOf(t, r)
 	forward, _ := receipt["forward"].(map[string]any)
 	for _, c := range []struct {
@@ -99,6 +90,21 @@ func TestEncodeWritesEveryField(t *testing.T) {
 	}
 	sameAsEncodingJSON(t, r)
 	sameAsEncodingJSON(t, l)
+}
+
+// fullRecords returns a receipt, with its forward status, and a latest
+// version that have every field set.
+func fullRecords() (*dedupe.Receipt, *versioning.Latest) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
+	r := &dedupe.Receipt{
+		Source: "s", RequestID: "r", Resource: "res", Version: "2", Decision: webhookd.Accepted,
+		Reason: "why", DuplicateDecision: dedupe.New, OrderingDecision: "newer",
+		LatestVersionAtDecision: "1", PayloadSHA256: "abc", FirstSeen: at, LastSeen: at,
+		Forward: webhookd.ForwardStatus{State: webhookd.ForwardRetrying, Attempts: 2, LastStatus: 503,
+			LastError: "busy", NextAttemptAt: &at, DeliveredAt: &at},
+	}
+	r.Record(dedupe.Delivery{DeliveryID: "d", ReceivedAt: at, Decision: webhookd.Accepted})
+	return r, &versioning.Latest{Version: "2", Order: 2, RequestID: "r", UpdatedAt: at}
 }
 
 func fieldsOf(t *testing.T, v any) map[string]any {
