@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,9 +59,10 @@ func readFast(b []byte, v any) bool {
 }
 
 // readObject calls field for each key of the object o, and reports false
-// when o is not an object (or null), a key comes twice, or field does.
-// keys lists the keys field knows, for the duplicate check.
-func readObject(o gjson.Result, keys []string, field func(key int, v gjson.Result) bool) bool {
+// when o is not an object (or null), a key is escaped or comes twice, or
+// field returns false: for a key it does not know, or a value it cannot
+// read.
+func readObject(o gjson.Result, field func(key string, v gjson.Result) bool) bool {
 	if o.Type == gjson.Null {
 		return true
 	}
@@ -68,68 +70,51 @@ func readObject(o gjson.Result, keys []string, field func(key int, v gjson.Resul
 		return false
 	}
 	ok := true
-	var seen uint32
+	var keys [16]string // a record has at most 15 known keys: a list beats a map
+	seen := keys[:0]
 	o.ForEach(func(k, v gjson.Result) bool {
-		i := indexOf(keys, k)
-		if ok = i >= 0 && seen&(1<<i) == 0; ok {
-			seen |= 1 << i
-			ok = field(i, v)
-		}
+		ok = k.Type == gjson.String && strings.IndexByte(k.Raw, '\\') < 0 && !slices.Contains(seen, k.Str) && field(k.Str, v)
+		seen = append(seen, k.Str)
 		return ok
 	})
 	return ok
 }
 
-func indexOf(keys []string, k gjson.Result) int {
-	if k.Type != gjson.String || strings.IndexByte(k.Raw, '\\') >= 0 {
-		return -1 // an escaped key is left to encoding/json
-	}
-	for i, key := range keys {
-		if k.Str == key {
-			return i
-		}
-	}
-	return -1
-}
-
-var receiptKeys = []string{"source", "request_id", "resource", "version", "decision", "reason",
-	"duplicate_decision", "ordering_decision", "latest_version_at_decision", "payload_sha256",
-	"first_seen", "last_seen", "attempts", "deliveries", "forward"}
-
 func readReceipt(o gjson.Result, r *dedupe.Receipt) bool {
-	return readObject(o, receiptKeys, func(key int, v gjson.Result) bool {
+	return readObject(o, func(key string, v gjson.Result) bool {
 		switch key {
-		case 0:
+		case "source":
 			return readString(v, &r.Source)
-		case 1:
+		case "request_id":
 			return readString(v, &r.RequestID)
-		case 2:
+		case "resource":
 			return readString(v, &r.Resource)
-		case 3:
+		case "version":
 			return readString(v, &r.Version)
-		case 4:
+		case "decision":
 			return readString(v, (*string)(&r.Decision))
-		case 5:
+		case "reason":
 			return readString(v, &r.Reason)
-		case 6:
+		case "duplicate_decision":
 			return readString(v, (*string)(&r.DuplicateDecision))
-		case 7:
+		case "ordering_decision":
 			return readString(v, &r.OrderingDecision)
-		case 8:
+		case "latest_version_at_decision":
 			return readString(v, &r.LatestVersionAtDecision)
-		case 9:
+		case "payload_sha256":
 			return readString(v, &r.PayloadSHA256)
-		case 10:
+		case "first_seen":
 			return readTime(v, &r.FirstSeen)
-		case 11:
+		case "last_seen":
 			return readTime(v, &r.LastSeen)
-		case 12:
+		case "attempts":
 			return readInt(v, &r.Attempts)
-		case 13:
+		case "deliveries":
 			return readDeliveries(v, &r.Deliveries)
-		default:
+		case "forward":
 			return readForward(v, &r.Forward)
 		}
+		return false
 	})
 }
 
@@ -153,56 +138,53 @@ func readDeliveries(v gjson.Result, ds *[]dedupe.Delivery) bool {
 	return ok
 }
 
-var deliveryKeys = []string{"delivery_id", "received_at", "decision"}
-
 func readDelivery(o gjson.Result, d *dedupe.Delivery) bool {
-	return readObject(o, deliveryKeys, func(key int, v gjson.Result) bool {
+	return readObject(o, func(key string, v gjson.Result) bool {
 		switch key {
-		case 0:
+		case "delivery_id":
 			return readString(v, &d.DeliveryID)
-		case 1:
+		case "received_at":
 			return readTime(v, &d.ReceivedAt)
-		default:
+		case "decision":
 			return readString(v, (*string)(&d.Decision))
 		}
+		return false
 	})
 }
-
-var forwardKeys = []string{"state", "attempts", "last_status", "last_error", "next_attempt_at", "delivered_at"}
 
 func readForward(o gjson.Result, f *webhookd.ForwardStatus) bool {
-	return readObject(o, forwardKeys, func(key int, v gjson.Result) bool {
+	return readObject(o, func(key string, v gjson.Result) bool {
 		switch key {
-		case 0:
+		case "state":
 			return readString(v, (*string)(&f.State))
-		case 1:
+		case "attempts":
 			return readInt(v, &f.Attempts)
-		case 2:
+		case "last_status":
 			return readInt(v, &f.LastStatus)
-		case 3:
+		case "last_error":
 			return readString(v, &f.LastError)
-		case 4:
+		case "next_attempt_at":
 			return readTimePtr(v, &f.NextAttemptAt)
-		default:
+		case "delivered_at":
 			return readTimePtr(v, &f.DeliveredAt)
 		}
+		return false
 	})
 }
 
-var latestKeys = []string{"version", "order", "request_id", "updated_at"}
-
 func readLatest(o gjson.Result, l *versioning.Latest) bool {
-	return readObject(o, latestKeys, func(key int, v gjson.Result) bool {
+	return readObject(o, func(key string, v gjson.Result) bool {
 		switch key {
-		case 0:
+		case "version":
 			return readString(v, &l.Version)
-		case 1:
+		case "order":
 			return readUint(v, &l.Order)
-		case 2:
+		case "request_id":
 			return readString(v, &l.RequestID)
-		default:
+		case "updated_at":
 			return readTime(v, &l.UpdatedAt)
 		}
+		return false
 	})
 }
 
