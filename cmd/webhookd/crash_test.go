@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // buildBinary builds webhookd once per test binary run.
@@ -172,4 +174,57 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 		last[res] = n
 	}
 	t.Logf("%d accepted before the crash, %d in all; downstream got %d requests", beforeCrash, len(accepted), len(rec.seen))
+}
+
+// TestSecondSignalStopsAtOnce sends SIGTERM while a forward is in flight to
+// a downstream that never answers, so shutdown waits for it, then SIGTERM
+// again: the second one must end the process at once.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-release
+	}))
+	t.Cleanup(func() { close(release); down.Close() })
+	dir := t.TempDir()
+	public, admin := freeAddr(t), freeAddr(t)
+	config := strings.NewReplacer("shutdown_timeout: 5s", "shutdown_timeout: 60s",
+		"      max_attempts: 1000\n", "      max_attempts: 1000\n      timeout: 60s\n").
+		Replace(testConfig(t, filepath.Join(dir, "data"), down.URL, public, admin))
+	configPath := filepath.Join(dir, "webhookd.yaml")
+	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, configPath, public)
+	resp, err := http.Post("http://"+public+"/hooks/billing", "application/json", strings.NewReader(billing("req-1", "sub_1", 1)))
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("delivery: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the forward never reached the downstream")
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		t.Fatalf("shutdown did not wait for the forward in flight: exited with %v", err)
+	case <-time.After(time.Second):
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second SIGTERM did not end the process")
+	}
 }

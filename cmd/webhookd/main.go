@@ -65,7 +65,10 @@ func newServeCommand() *cobra.Command {
 				return err
 			}
 			<-ctx.Done()
-			logger.Info("shutting down", zap.Duration("timeout", cfg.ShutdownTimeout))
+			// A second signal takes the default action and ends the process at
+			// once, for an operator who will not wait for shutdown_timeout.
+			stop()
+			logger.Info("shutting down; a second signal stops at once", zap.Duration("timeout", cfg.ShutdownTimeout))
 			closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 			defer cancel()
 			return m.Close(closeCtx)
