@@ -116,6 +116,21 @@ func TestForwardsOverTLS(t *testing.T) {
 // connectProxy is an HTTP proxy on loopback that tunnels CONNECT requests,
 // sending every one to target whatever host it names.
 func connectProxy(t *testing.T, target string) (addr string, tunnels *atomic.Int32) {
+	return loopbackProxy(t, target, func(c net.Conn, r *bufio.Reader) ([]byte, bool) {
+		req, err := http.ReadRequest(r)
+		if err != nil || req.Method != http.MethodConnect || !strings.HasPrefix(req.Host, "downstream.invalid:") {
+			io.WriteString(c, "HTTP/1.1 400 Bad Request\r\n\r\n")
+			return nil, false
+		}
+		return []byte("HTTP/1.1 200 Connection established\r\n\r\n"), true
+	})
+}
+
+// loopbackProxy listens on loopback and runs handshake on each connection:
+// it reads the client's request and returns the reply that opens the
+// tunnel, or false to drop the connection. Every tunnel goes to target, and
+// is counted.
+func loopbackProxy(t *testing.T, target string, handshake func(c net.Conn, r *bufio.Reader) (reply []byte, ok bool)) (addr string, tunnels *atomic.Int32) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -130,9 +145,9 @@ func connectProxy(t *testing.T, target string) (addr string, tunnels *atomic.Int
 			}
 			go func() {
 				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil || req.Method != http.MethodConnect || !strings.HasPrefix(req.Host, "downstream.invalid:") {
-					io.WriteString(c, "HTTP/1.1 400 Bad Request\r\n\r\n")
+				r := bufio.NewReader(c)
+				reply, ok := handshake(c, r)
+				if !ok {
 					return
 				}
 				up, err := net.Dial("tcp", target)
@@ -141,8 +156,8 @@ func connectProxy(t *testing.T, target string) (addr string, tunnels *atomic.Int
 				}
 				defer up.Close()
 				tunnels.Add(1)
-				io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-				go io.Copy(up, c)
+				c.Write(reply)
+				go io.Copy(up, r) // what the client sent after the handshake may be buffered in r
 				io.Copy(c, up)
 			}()
 		}
@@ -197,66 +212,41 @@ func TestSilentSocks5ProxyFailsTheAttemptInTime(t *testing.T) {
 // only) that tunnels every connection to target whatever host it names;
 // when answer is false it reads the greeting and never replies.
 func socks5Proxy(t *testing.T, target string, answer bool) (addr string, tunnels *atomic.Int32) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	tunnels = new(atomic.Int32)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				greeting := make([]byte, 2)
-				if _, err := io.ReadFull(r, greeting); err != nil || greeting[0] != 5 {
-					return
-				}
-				if _, err := io.ReadFull(r, make([]byte, greeting[1])); err != nil {
-					return
-				}
-				if !answer {
-					io.Copy(io.Discard, r) // until the client gives up
-					return
-				}
-				c.Write([]byte{5, 0})   // no authentication
-				head := make([]byte, 4) // version, CONNECT, reserved, address type
-				if _, err := io.ReadFull(r, head); err != nil || head[1] != 1 {
-					return
-				}
-				var skip int
-				switch head[3] {
-				case 1:
-					skip = 4
-				case 4:
-					skip = 16
-				case 3:
-					n, err := r.ReadByte()
-					if err != nil {
-						return
-					}
-					skip = int(n)
-				}
-				if _, err := io.ReadFull(r, make([]byte, skip+2)); err != nil { // address and port
-					return
-				}
-				up, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				tunnels.Add(1)
-				c.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0})
-				go io.Copy(up, r)
-				io.Copy(c, up)
-			}()
+	return loopbackProxy(t, target, func(c net.Conn, r *bufio.Reader) ([]byte, bool) {
+		greeting := make([]byte, 2)
+		if _, err := io.ReadFull(r, greeting); err != nil || greeting[0] != 5 {
+			return nil, false
 		}
-	}()
-	return ln.Addr().String(), tunnels
+		if _, err := io.ReadFull(r, make([]byte, greeting[1])); err != nil {
+			return nil, false
+		}
+		if !answer {
+			io.Copy(io.Discard, r) // until the client gives up
+			return nil, false
+		}
+		c.Write([]byte{5, 0})   // no authentication
+		head := make([]byte, 4) // version, CONNECT, reserved, address type
+		if _, err := io.ReadFull(r, head); err != nil || head[1] != 1 {
+			return nil, false
+		}
+		var skip int
+		switch head[3] {
+		case 1:
+			skip = 4
+		case 4:
+			skip = 16
+		case 3:
+			n, err := r.ReadByte()
+			if err != nil {
+				return nil, false
+			}
+			skip = int(n)
+		}
+		if _, err := io.ReadFull(r, make([]byte, skip+2)); err != nil { // address and port
+			return nil, false
+		}
+		return []byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0}, true
+	})
 }
 
 func TestOpenRefusesAProxyItCannotUse(t *testing.T) {
