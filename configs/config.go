@@ -282,7 +282,7 @@ func (c *Config) Validate() error {
 				problems = append(problems, fmt.Sprintf("sources[%d].verify.%v", i, err))
 			}
 		}
-		if s.Name == "unknown" {
+		if s.Name == UnknownSource {
 			problems = append(problems, fmt.Sprintf("sources[%d].name: %q is reserved: it is the metrics label of requests to no configured source", i, s.Name))
 		}
 		if f := s.Forward; f != nil && f.MaxAttempts > 0 {
@@ -311,6 +311,10 @@ type ValidationError struct{ Problems []string }
 func (e *ValidationError) Error() string {
 	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
 }
+
+// UnknownSource is the metrics label of requests to no configured source,
+// so no source may take the name.
+const UnknownSource = "unknown"
 
 // mulSat and addSat saturate instead of wrapping around, so that a huge
 // max_attempts cannot pass the retry window check by overflowing it.

@@ -268,7 +268,7 @@ func (s *Server) sourceLabel(name string) string {
 	if src, ok := s.sources[name]; ok {
 		return src.Name
 	}
-	return "unknown"
+	return configs.UnknownSource
 }
 
 // handleError is the one place that writes error responses.
