@@ -181,7 +181,8 @@ func (m *Main) openRecorders() map[string]gateway.Recorder {
 	redact := make(map[string][]string)
 	for _, r := range records {
 		if r != nil {
-			redact[fileOf(r)] = append(redact[fileOf(r)], r.Redact...)
+			file := fileOf(r)
+			redact[file] = append(redact[file], r.Redact...)
 		}
 	}
 	byFile := make(map[string]*replay.FileRecorder)
