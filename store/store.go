@@ -33,6 +33,9 @@ type Store struct {
 	GCInterval time.Duration
 	MaxBatch   int
 	Logger     *zap.Logger
+	// MemoryLimit is the soft limit of the process's heap in bytes (0:
+	// none). Badger's memtables and tables are sized from it (tableSizes).
+	MemoryLimit int64
 
 	db        *badger.DB
 	ops       chan *op
@@ -87,10 +90,17 @@ func (s *Store) Open() error {
 		// let large payloads give their space back without 1 GiB of traffic.
 		WithValueLogFileSize(64 << 20).
 		WithLogger(badgerLogger{s.Logger.Sugar()})
+	memTable, multiplier := tableSizes(s.MemoryLimit)
+	opts = opts.WithMemTableSize(memTable)
+	opts.TableSizeMultiplier = multiplier // no With method for it
 	if s.memTableSize > 0 {
 		opts = opts.WithMemTableSize(s.memTableSize).WithValueThreshold(s.memTableSize / 16)
 	}
-	db, err := badger.Open(opts)
+	if s.MemoryLimit > 0 {
+		s.Logger.Info("badger sized from the soft memory limit", zap.Int64("memory_limit_bytes", s.MemoryLimit),
+			zap.Int64("memtable_bytes", opts.MemTableSize), zap.Int("table_size_multiplier", opts.TableSizeMultiplier))
+	}
+	db, err := openBadger(opts)
 	if err != nil {
 		return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: fmt.Sprintf("open store %s: %v", s.Path, err)}
 	}

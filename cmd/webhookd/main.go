@@ -129,6 +129,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Store = store.New(m.Config.DataDir)
 	m.Store.ReceiptTTL = m.Config.ReceiptTTL
 	m.Store.Logger = m.Logger.Named("store")
+	m.Store.MemoryLimit = softMemoryLimit()
 	if err := m.Store.Open(); err != nil {
 		return err
 	}

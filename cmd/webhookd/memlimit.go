@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"runtime/debug"
@@ -41,6 +42,15 @@ func setMemoryLimit(logger *zap.Logger) {
 	debug.SetMemoryLimit(soft)
 	logger.Info("soft memory limit from the memory cgroup",
 		zap.Int64("cgroup_limit_bytes", limit), zap.Int64("soft_limit_bytes", soft))
+}
+
+// softMemoryLimit returns the runtime's soft memory limit, however it was
+// set, or 0 when there is none.
+func softMemoryLimit() int64 {
+	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 {
+		return limit
+	}
+	return 0
 }
 
 // cgroupMemoryLimit returns the smallest memory limit set on the process's

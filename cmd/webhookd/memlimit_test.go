@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"math"
+	"runtime/debug"
 	"testing"
 	"testing/fstest"
 )
@@ -90,5 +93,21 @@ func TestCgroupMemoryLimit(t *testing.T) {
 				t.Fatalf("cgroupMemoryLimit = %d, %v; want %d, %v", got, found, tc.want, tc.found)
 			}
 		})
+	}
+}
+
+// The store sizes Badger from the soft limit the runtime has, however it was
+// set (GOMEMLIMIT, the cgroup, or anything else).
+func TestStoreGetsTheSoftMemoryLimit(t *testing.T) {
+	const limit = 1536 << 20
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
+	m, _ := startMain(t, testConfig(t, t.TempDir(), "http://127.0.0.1:1", "127.0.0.1:0", "127.0.0.1:0"))
+	defer m.Close(context.Background())
+	if m.Store.MemoryLimit != limit {
+		t.Errorf("store's memory limit %d, want %d", m.Store.MemoryLimit, limit)
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+	if got := softMemoryLimit(); got != 0 {
+		t.Errorf("softMemoryLimit() = %d without a limit, want 0", got)
 	}
 }
