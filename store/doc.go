@@ -23,6 +23,11 @@
 // kernel caches a log in large folios, and the sync of every commit writes
 // whole folios back, 10 to 25 times the bytes the commit changed.
 //
+// Under a soft memory limit (MemoryLimit), Badger's memtables and tables are
+// smaller (tableSizes): building tables is most of a loaded store's heap.
+// Memtable logs a crash left are replayed at Badger's default size first,
+// since Badger cannot replay a log into a smaller memtable than wrote it.
+//
 // Values read from Badger are copied out of the transaction (ValueCopy or
 // decoding), since Badger's bytes are valid only inside it.
 //
