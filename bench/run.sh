@@ -264,7 +264,7 @@ $SELECTORS
 $SELECTORS
     forward:
       url: http://$HOST:$DOWN_PORT/bench
-      timeout: 5m # outlasts the backlog phase, during which the downstream holds requests
+      timeout: $((DURATION + 300))s # outlasts the backlog phase, during which the downstream holds requests
       concurrency: $FORWARD_CONCURRENCY
       max_attempts: 12
       backoff: { initial: 1s, max: 1m }
@@ -367,9 +367,13 @@ if [ "$SOAK_MIN" != 0 ]; then
 	soak_w0=$CHILD_CPU soak_c0=$(cpu_ticks "$HOOKD_PID") soak_t0=$(now)
 	"$WORK/bin/loadgen" -url "$HOOK_URL" -rate "$rate" -duration "${SOAK_MIN}m" -conns "$CONNS" -prefix "soak$RANDOM" >"$WORK/loadgen.txt" 2>&1 &
 	LOADGEN_PID=$! PIDS+=("$LOADGEN_PID")
-	samples=() anon=()
+	samples=() anon=() ticks=0
+	# Checked every second, so the CPU window below ends within a second of
+	# the load; sampled every ten.
 	while kill -0 "$LOADGEN_PID" 2>/dev/null; do
-		sleep 10
+		sleep 1
+		ticks=$((ticks + 1))
+		[ $((ticks % 10)) = 0 ] || continue
 		kill -0 "$LOADGEN_PID" 2>/dev/null || break
 		samples+=("$(rss_kb "$HOOKD_PID")")
 		anon+=("$(awk '/^RssAnon:/ { print $2 }' "/proc/$HOOKD_PID/status")")
@@ -377,11 +381,10 @@ if [ "$SOAK_MIN" != 0 ]; then
 		say "  t=$((${#samples[@]} * 10))s $(rss_detail "$HOOKD_PID")Go heap alloc $(calc "$(metric go_memstats_heap_alloc_bytes) / 1048576") MiB," \
 			"outbox $(metric webhookd_outbox_pending 'source="bench"'), accepted $(decided accepted)"
 	done
-	soak_c1=$(cpu_ticks "$HOOKD_PID")
+	soak_c1=$(cpu_ticks "$HOOKD_PID") soak_wall=$(calc "$(now) - $soak_t0" 3)
 	wait "$LOADGEN_PID" || true
 	forget "$LOADGEN_PID"
 	children_cpu
-	soak_wall=$(calc "$(now) - $soak_t0" 3)
 	cat "$WORK/loadgen.txt"
 	say "soak CPU, % of one core: webhookd $(calc "($soak_c1 - $soak_c0) / $CLK_TCK / $soak_wall * 100")," \
 		"loadgen $(calc "($CHILD_CPU - $soak_w0) / $soak_wall * 100") (behind = requests the schedule had to hold back while a second's worth was already queued)"

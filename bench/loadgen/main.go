@@ -41,6 +41,10 @@ func main() {
 		hex[i] = "0123456789abcdef"[rand.IntN(16)]
 	}
 	pad := string(hex)
+	// A resource comes back every ten seconds of the schedule at the least,
+	// so a request held up on its way is not overtaken by the resource's
+	// next version, which would decide it stale.
+	resources := max(1000, int(*rate*10))
 	// Up to a second of requests may queue behind busy connections, so a
 	// stall is caught up afterwards instead of lowering the rate.
 	jobs := make(chan int, max(*conns, int(*rate)))
@@ -57,7 +61,7 @@ func main() {
 		wg.Go(func() {
 			for i := range jobs {
 				head := fmt.Sprintf(`{"request_id":"%s-%d","sent_at":"2026-01-01T00:00:00Z","type":"subscription.updated","data":{"id":"%s-r-%d","version":%d,"note":"`,
-					*prefix, i, *prefix, i%1000, i)
+					*prefix, i, *prefix, i%resources, i)
 				at := i * 7919 % (len(pad) - 1024)
 				body := head + pad[at:at+1024-len(head)-3] + `"}}`
 				resp, err := client.Post(*url, "application/json", bytes.NewBufferString(body))
