@@ -8,7 +8,10 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// Badger's own sizes, kept when the heap has no limit.
+// Badger's own sizes, kept when the heap has no limit, and the smallest
+// memtable a limit gets: 16 MB memtables already lengthened every tail on
+// the bench, and Badger refuses ones under about 7 MB with its 1 MB value
+// threshold.
 const (
 	badgerMemTableSize        = 64 << 20
 	badgerTableSizeMultiplier = 2
