@@ -35,7 +35,11 @@ type Outbox interface {
 	// Body returns the body of an entry held without it.
 	Body(ctx context.Context, e Entry) ([]byte, error)
 	// Settle records what became of an entry, with its receipt, atomically.
+	// The entry must still be in the outbox.
 	Settle(ctx context.Context, e Entry, r Result) error
+	// Holds reports whether an entry is still in the outbox: a Settle that
+	// failed may have been recorded all the same.
+	Holds(ctx context.Context, e Entry) (bool, error)
 	// Notify is signalled when entries were added.
 	Notify() <-chan struct{}
 }
@@ -207,6 +211,7 @@ type lane struct {
 	key     string
 	entries []Entry // outbox order; metadata only
 	busy    bool
+	recheck bool // the head's last job failed on the store: it may be settled already
 }
 
 // job is one piece of work for a worker: deliver entries[0], or mark all
@@ -216,13 +221,15 @@ type job struct {
 	lane      *lane
 	entries   []Entry
 	supersede bool
+	recheck   bool
 }
 
 // settled is a job's outcome, back to the scheduler.
 type settled struct {
 	job
-	retry *Entry // the head, rescheduled; nil when the job's entries are done
-	keep  bool   // nothing was recorded: the entries stay as they were
+	retry   *Entry // the head, rescheduled; nil when the job's entries are done
+	keep    bool   // nothing was recorded: the entries stay as they were
+	recheck bool   // with retry: the store failed, so the head may be settled already
 }
 
 func (f *Forwarder) run() {
@@ -322,7 +329,7 @@ func (f *Forwarder) dispatch() time.Duration {
 			l.busy = true
 			r.inflight++
 			f.jobs++
-			j := job{route: r, lane: l, entries: l.entries[:1]}
+			j := job{route: r, lane: l, entries: l.entries[:1], recheck: l.recheck}
 			if r.Supersede && len(l.entries) > 1 {
 				j.entries, j.supersede = l.entries[:len(l.entries)-1], true
 			}
@@ -342,8 +349,9 @@ func (f *Forwarder) settle(s settled) {
 	switch {
 	case s.keep:
 	case s.retry != nil:
-		l.entries[0] = *s.retry
+		l.entries[0], l.recheck = *s.retry, s.recheck
 	default:
+		l.recheck = false
 		for _, e := range l.entries[:len(s.entries)] {
 			f.bodies -= len(e.Body)
 		}
@@ -380,12 +388,27 @@ func (f *Forwarder) do(j job, release func()) settled {
 	now := f.now()
 	e := j.entries[0]
 	// Try the lane again after a pause rather than spin on a failing store.
-	// Entries already settled are skipped then: settling is idempotent.
 	storeFailed := func(what string, err error) settled {
 		f.Logger.Error(what, zap.String("request_id", e.RequestID), zap.Error(err))
 		e.NextAttemptAt = now.Add(max(j.route.Policy.Initial, time.Second))
-		s.retry = &e
+		s.retry, s.recheck = &e, true
 		return s
+	}
+	if j.recheck {
+		// A Settle that failed may have been recorded: one that was must
+		// not be sent or settled again. Only the head is known: a
+		// supersede job settles the rest again, to the same status.
+		held, err := f.outbox.Holds(f.ctx, e)
+		switch {
+		case f.ctx.Err() != nil:
+			s.keep = true
+			return s
+		case err != nil:
+			return storeFailed("check outbox entry", err)
+		case !held:
+			s.entries = j.entries[:1]
+			return s
+		}
 	}
 	if j.supersede {
 		release()

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -298,6 +299,70 @@ func TestFailsTwiceThenDelivered(t *testing.T) {
 	}
 	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 3 || f.LastStatus != 200 {
 		t.Errorf("forward status = %+v, want delivered after 3 attempts", f)
+	}
+}
+
+// settleLandsThenFails is the store whose first Settle is recorded and
+// reports an error all the same, as a Badger commit does when its sync
+// fails after the write: the one store fault the forwarder cannot undo.
+type settleLandsThenFails struct {
+	*store.Store
+	failed atomic.Bool
+}
+
+func (o *settleLandsThenFails) Settle(ctx context.Context, e forward.Entry, r forward.Result) error {
+	err := o.Store.Settle(ctx, e, r)
+	if err == nil && o.failed.CompareAndSwap(false, true) {
+		return errors.New("sync memtable log: input/output error")
+	}
+	return err
+}
+
+// After a Settle that failed, the forwarder asks the store whether the
+// entry is still there: one that was settled is not sent again, and a
+// supersede job that failed part way settles the rest, the newest sent.
+func TestSettledDespiteAnErrorIsNotSentAgain(t *testing.T) {
+	for _, supersede := range []bool{false, true} {
+		t.Run(fmt.Sprintf("supersede=%v", supersede), func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			down := newDownstream(t, nil)
+			for v := 1; v <= 3; v++ {
+				accept(t, s, "billing", fmt.Sprintf("req-%d", v), "sub_1", v)
+			}
+			r := route(down.URL)
+			r.Supersede = supersede
+			o := &settleLandsThenFails{Store: s}
+			f := forward.New(o, map[string]forward.Route{"billing": r}, zaptest.NewLogger(t))
+			if err := f.Open(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close(ctx) })
+			eventually(t, "a Settle that fails", o.failed.Load)
+			// The lane waits a second after the error, then finishes.
+			eventually(t, "nothing pending", func() bool { return f.Pending()["billing"] == 0 })
+			var keys []string
+			for _, a := range down.all() {
+				keys = append(keys, a.header.Get("Idempotency-Key"))
+			}
+			want := []string{"req-1", "req-2", "req-3"}
+			if supersede {
+				want = []string{"req-3"}
+			}
+			if !slices.Equal(keys, want) {
+				t.Errorf("downstream got %v, want %v", keys, want)
+			}
+			if !outboxEmpty(t, s)() {
+				t.Error("entries left in the outbox")
+			}
+			for v, want := range map[int]webhookd.ForwardState{1: webhookd.ForwardSuperseded, 2: webhookd.ForwardSuperseded, 3: webhookd.ForwardDelivered} {
+				if !supersede {
+					want = webhookd.ForwardDelivered
+				}
+				if got := receipt(t, s, "billing", fmt.Sprintf("req-%d", v)).Forward; got.State != want || got.Attempts > 1 {
+					t.Errorf("req-%d: %+v, want %s", v, got, want)
+				}
+			}
+		})
 	}
 }
 

@@ -222,23 +222,35 @@ func (t *tx) mustGet(key []byte, v any) error {
 	return err
 }
 
+// forwardRecord is a forward key's value: the status, and the first_seen
+// of the receipt it belongs to. The key may outlive that receipt (see
+// setForward), and a later receipt under the same request ID must not take
+// the status for its own. Keys written before the stamp expired with their
+// receipt, so a zero stamp belongs to the receipt there is.
+type forwardRecord struct {
+	webhookd.ForwardStatus
+	ReceiptFirstSeen time.Time `json:"receipt_first_seen,omitzero"`
+}
+
 // forwardStatus sets r.Forward to the request's current forward status: the
-// forward key when the status changed after the decision, else the
-// receipt's own. found reports whether the forward key was there.
-func (t *tx) forwardStatus(r *dedupe.Receipt) (found bool, err error) {
-	var f webhookd.ForwardStatus
-	if found, _, err = t.get(forwardKey(r.Source, r.RequestID), &f); found {
-		r.Forward = f
+// forward key's when the status changed after the decision, else the
+// receipt's own. held reports whether there is a forward key, even one an
+// earlier receipt under the same request ID left, whose status it ignores.
+func (t *tx) forwardStatus(r *dedupe.Receipt) (held bool, err error) {
+	var f forwardRecord
+	held, _, err = t.get(forwardKey(r.Source, r.RequestID), &f)
+	if held && (f.ReceiptFirstSeen.IsZero() || f.ReceiptFirstSeen.Equal(r.FirstSeen)) {
+		r.Forward = f.ForwardStatus
 	}
-	return found, err
+	return held, err
 }
 
 // foldForward moves the forward key's status into r, which the caller is
 // about to write: the key would otherwise expire before the receipt whose
 // TTL a redelivery extends.
 func (t *tx) foldForward(r *dedupe.Receipt) error {
-	found, err := t.forwardStatus(r)
-	if found {
+	held, err := t.forwardStatus(r)
+	if held {
 		t.delete(forwardKey(r.Source, r.RequestID))
 	}
 	return err

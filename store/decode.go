@@ -44,11 +44,11 @@ func readFast(b []byte, v any) bool {
 			return true
 		}
 		*v = dedupe.Receipt{}
-	case *webhookd.ForwardStatus:
-		if readForward(root, v) {
+	case *forwardRecord:
+		if readForwardRecord(root, v) {
 			return true
 		}
-		*v = webhookd.ForwardStatus{}
+		*v = forwardRecord{}
 	case *versioning.Latest:
 		if readLatest(root, v) {
 			return true
@@ -153,23 +153,34 @@ func readDelivery(o gjson.Result, d *dedupe.Delivery) bool {
 }
 
 func readForward(o gjson.Result, f *webhookd.ForwardStatus) bool {
+	return readObject(o, func(key string, v gjson.Result) bool { return readForwardField(key, v, f) })
+}
+
+func readForwardRecord(o gjson.Result, r *forwardRecord) bool {
 	return readObject(o, func(key string, v gjson.Result) bool {
-		switch key {
-		case "state":
-			return readString(v, (*string)(&f.State))
-		case "attempts":
-			return readInt(v, &f.Attempts)
-		case "last_status":
-			return readInt(v, &f.LastStatus)
-		case "last_error":
-			return readString(v, &f.LastError)
-		case "next_attempt_at":
-			return readTimePtr(v, &f.NextAttemptAt)
-		case "delivered_at":
-			return readTimePtr(v, &f.DeliveredAt)
+		if key == "receipt_first_seen" {
+			return readTime(v, &r.ReceiptFirstSeen)
 		}
-		return false
+		return readForwardField(key, v, &r.ForwardStatus)
 	})
+}
+
+func readForwardField(key string, v gjson.Result, f *webhookd.ForwardStatus) bool {
+	switch key {
+	case "state":
+		return readString(v, (*string)(&f.State))
+	case "attempts":
+		return readInt(v, &f.Attempts)
+	case "last_status":
+		return readInt(v, &f.LastStatus)
+	case "last_error":
+		return readString(v, &f.LastError)
+	case "next_attempt_at":
+		return readTimePtr(v, &f.NextAttemptAt)
+	case "delivered_at":
+		return readTimePtr(v, &f.DeliveredAt)
+	}
+	return false
 }
 
 func readLatest(o gjson.Result, l *versioning.Latest) bool {

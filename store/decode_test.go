@@ -25,7 +25,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	r.Record(dedupe.Delivery{DeliveryID: "d-1", ReceivedAt: at, Decision: webhookd.Accepted})
 	r.Record(dedupe.Delivery{DeliveryID: "d-2\u2028", ReceivedAt: at.UTC(), Decision: webhookd.Duplicate})
-	for _, v := range []any{r, &r.Forward, &versioning.Latest{Version: "7", Order: 1<<64 - 1, RequestID: "req-7", UpdatedAt: at}, &dedupe.Receipt{}} {
+	for _, v := range []any{r, fullForwardRecord(r), &forwardRecord{}, &versioning.Latest{Version: "7", Order: 1<<64 - 1, RequestID: "req-7", UpdatedAt: at}, &dedupe.Receipt{}} {
 		b, err := encode(v)
 		if err != nil {
 			f.Fatal(err)
@@ -38,14 +38,14 @@ func FuzzDecode(f *testing.F) {
 		`{"deliveries":[]}`, `{"deliveries":null}`, `{"deliveries":[null,{"decision":"a\u00e9"}]}`, `{"deliveries":{}}`,
 		`{"source":"\ud800"}`, `{"source":"\ud800\u0041"}`, "{\"source\":\"\xff\"}", "{\"source\":\"a\tb\"}",
 		`{"first_seen":"2026-13-01T00:00:00Z"}`, `{"first_seen":null}`, `{"first_seen":1}`,
-		`{"next_attempt_at":null}`, `{"delivered_at":"2026-11-30T12:00:00+01:00"}`, `{"forward":{"state":1}}`,
+		`{"next_attempt_at":null}`, `{"receipt_first_seen":null}`, `{"state":"delivered","receipt_first_seen":"x"}`, `{"delivered_at":"2026-11-30T12:00:00+01:00"}`, `{"forward":{"state":1}}`,
 		`{"source":"a"} x`, `{"source":"a",}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sameAsDecodingJSON[dedupe.Receipt](t, b)
-		sameAsDecodingJSON[webhookd.ForwardStatus](t, b)
+		sameAsDecodingJSON[forwardRecord](t, b)
 		sameAsDecodingJSON[versioning.Latest](t, b)
 	})
 }
@@ -71,7 +71,7 @@ func TestDecodeReadsWhatEncodeWrites(t *testing.T) {
 	r, l := fullRecords()
 	for _, c := range []struct{ in, out any }{
 		{r, &dedupe.Receipt{}},
-		{&r.Forward, &webhookd.ForwardStatus{}},
+		{fullForwardRecord(r), &forwardRecord{}},
 		{l, &versioning.Latest{}},
 	} {
 		b, err := encode(c.in)

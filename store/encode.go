@@ -25,9 +25,9 @@ func encode(v any) ([]byte, error) {
 	case *versioning.Latest:
 		e.B = make([]byte, 0, 128)
 		e.latest(v)
-	case *webhookd.ForwardStatus:
-		e.B = make([]byte, 0, 128)
-		e.forward(v)
+	case *forwardRecord:
+		e.B = make([]byte, 0, 192)
+		e.forwardRecord(v)
 	default:
 		return json.Marshal(v)
 	}
@@ -86,6 +86,21 @@ func (e *encoder) receipt(r *dedupe.Receipt) {
 }
 
 func (e *encoder) forward(f *webhookd.ForwardStatus) {
+	e.forwardFields(f)
+	e.Raw("}")
+}
+
+func (e *encoder) forwardRecord(r *forwardRecord) {
+	e.forwardFields(&r.ForwardStatus)
+	if !r.ReceiptFirstSeen.IsZero() {
+		e.Raw(`,"receipt_first_seen":`)
+		e.Time(r.ReceiptFirstSeen)
+	}
+	e.Raw("}")
+}
+
+// forwardFields writes a forward status's object, all but its closing brace.
+func (e *encoder) forwardFields(f *webhookd.ForwardStatus) {
 	e.Raw(`{"state":`)
 	e.String(string(f.State))
 	e.Raw(`,"attempts":`)
@@ -103,7 +118,6 @@ func (e *encoder) forward(f *webhookd.ForwardStatus) {
 		e.Raw(`,"delivered_at":`)
 		e.Time(*f.DeliveredAt)
 	}
-	e.Raw("}")
 }
 
 func (e *encoder) latest(l *versioning.Latest) {

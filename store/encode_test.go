@@ -47,11 +47,13 @@ func FuzzEncode(f *testing.F) {
 		for i := range deliveries % (dedupe.MaxDeliveries + 2) {
 			r.Record(dedupe.Delivery{DeliveryID: id[:min(i, len(id))], ReceivedAt: at, Decision: webhookd.Decision(resource)})
 		}
+		f := &forwardRecord{ForwardStatus: r.Forward}
 		if deliveries%2 == 1 {
 			r.Forward.NextAttemptAt, r.Forward.DeliveredAt = &at, &r.LastSeen
+			f.ForwardStatus, f.ReceiptFirstSeen = r.Forward, at
 		}
 		sameAsEncodingJSON(t, r)
-		sameAsEncodingJSON(t, &r.Forward)
+		sameAsEncodingJSON(t, f)
 		sameAsEncodingJSON(t, &versioning.Latest{Version: version, Order: order, RequestID: id, UpdatedAt: at})
 	})
 }
@@ -75,20 +77,23 @@ func TestEncodeWritesEveryField(t *testing.T) {
 	r, l := fullRecords()
 	receipt := fieldsOf(t, r)
 	forward, _ := receipt["forward"].(map[string]any)
+	statusFields := reflect.TypeFor[webhookd.ForwardStatus]().NumField()
 	for _, c := range []struct {
 		name   string
 		fields map[string]any
-		typ    reflect.Type
+		want   int
 	}{
-		{"receipt", receipt, reflect.TypeFor[dedupe.Receipt]()},
-		{"forward status", forward, reflect.TypeFor[webhookd.ForwardStatus]()},
-		{"latest", fieldsOf(t, l), reflect.TypeFor[versioning.Latest]()},
+		{"receipt", receipt, reflect.TypeFor[dedupe.Receipt]().NumField()},
+		{"forward status", forward, statusFields},
+		{"forward record", fieldsOf(t, fullForwardRecord(r)), statusFields + reflect.TypeFor[forwardRecord]().NumField() - 1},
+		{"latest", fieldsOf(t, l), reflect.TypeFor[versioning.Latest]().NumField()},
 	} {
-		if len(c.fields) != c.typ.NumField() {
-			t.Errorf("%s: %d fields encoded, the type has %d", c.name, len(c.fields), c.typ.NumField())
+		if len(c.fields) != c.want {
+			t.Errorf("%s: %d fields encoded, the type has %d", c.name, len(c.fields), c.want)
 		}
 	}
 	sameAsEncodingJSON(t, r)
+	sameAsEncodingJSON(t, fullForwardRecord(r))
 	sameAsEncodingJSON(t, l)
 }
 
@@ -105,6 +110,11 @@ func fullRecords() (*dedupe.Receipt, *versioning.Latest) {
 	}
 	r.Record(dedupe.Delivery{DeliveryID: "d", ReceivedAt: at, Decision: webhookd.Accepted})
 	return r, &versioning.Latest{Version: "2", Order: 2, RequestID: "r", UpdatedAt: at}
+}
+
+// fullForwardRecord returns the forward key's record of r, every field set.
+func fullForwardRecord(r *dedupe.Receipt) *forwardRecord {
+	return &forwardRecord{ForwardStatus: r.Forward, ReceiptFirstSeen: r.FirstSeen}
 }
 
 func fieldsOf(t *testing.T, v any) map[string]any {

@@ -427,11 +427,11 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 		}
 	}
 	assertForward("after settling")
-	// Settling again (a retried job) changes nothing.
-	if err := s.Settle(ctx, entries[0], forward.Result{State: webhookd.ForwardSuperseded, At: at}); err != nil {
-		t.Fatal(err)
+	// What the forwarder asks before it settles an entry again after a
+	// Settle that failed, since Settle does not look.
+	if held, err := s.Holds(ctx, entries[0]); err != nil || held {
+		t.Errorf("Holds after settling = %v, %v; want false", held, err)
 	}
-	assertForward("after settling a settled entry")
 
 	// A redelivery folds the status into the receipt it rewrites, so the
 	// status lives as long as the receipt.
@@ -449,6 +449,57 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A forward status is written to expire a receipt TTL after it was
+// written, without reading the receipt: it lasts as long as a receipt that
+// a redelivery kept alive, and one it outlives does not lend it to a later
+// receipt under the same request ID.
+func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
+	s := New(t.TempDir())
+	s.Logger = zaptest.NewLogger(t)
+	s.ReceiptTTL = time.Second
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Badger's expiries are whole seconds: steps are timed from one.
+	second := time.Now().Truncate(time.Second).Add(time.Second)
+	at := func(sec float64) { time.Sleep(time.Until(second.Add(time.Duration(sec * float64(time.Second))))) }
+	settle := func(requestID string) {
+		t.Helper()
+		for _, e := range outbox(t, s) {
+			if e.RequestID == requestID {
+				if err := s.Settle(ctx, e, forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+		}
+		t.Fatalf("%s is not in the outbox", requestID)
+	}
+
+	at(0.05)
+	mustDecide(t, s, delivery("req-1", "d-1", `{"n":1}`)) // expires at 2
+	at(1.05)
+	mustDecide(t, s, delivery("req-1", "d-2", `{"n":1}`)) // now expires at 3
+	settle("req-1")
+	at(2.1)
+	if got := receiptOf(t, s, "req-1").Forward.State; got != webhookd.ForwardDelivered {
+		t.Errorf("forward state past the first delivery's TTL: %s, want delivered", got)
+	}
+
+	mustDecide(t, s, delivery("req-2", "d-1", `{"n":2}`)) // expires at 4
+	at(3.1)
+	settle("req-2") // its status expires at 5
+	at(4.1)
+	if _, err := s.Receipt(ctx, "billing", "req-2"); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
+		t.Fatalf("receipt of req-2 past its TTL: %v, want not found", err)
+	}
+	mustDecide(t, s, delivery("req-2", "d-2", `{"n":2}`))
+	if got := receiptOf(t, s, "req-2").Forward.State; got != webhookd.ForwardPending {
+		t.Errorf("forward state of a new receipt under an old request ID: %s, want pending", got)
 	}
 }
 
