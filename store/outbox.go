@@ -352,7 +352,7 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string) error {
 	err := s.update(func(t *tx) error {
 		key := deadKey(source, requestID)
-		_, found, err := t.getEntry(key, false)
+		e, found, err := t.getEntry(key, false)
 		if err != nil {
 			return err
 		}
@@ -361,9 +361,11 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string)
 		}
 		t.delete(key)
 		// The status is the forward key's, or the receipt's once a
-		// redelivery folded it in; with no receipt there is none to keep.
+		// redelivery folded it in. With no receipt, or a later one under
+		// the same request ID (a dead letter outlives its receipt), there
+		// is none to keep.
 		var r dedupe.Receipt
-		if found, _, err := t.get(receiptKey(source, requestID), &r); err != nil || !found {
+		if found, _, err := t.get(receiptKey(source, requestID), &r); err != nil || !found || !r.FirstSeen.Equal(e.CreatedAt) {
 			return err
 		}
 		if _, err := t.forwardStatus(&r); err != nil {

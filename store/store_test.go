@@ -454,8 +454,8 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 
 // A forward status is written to expire a receipt TTL after it was
 // written, without reading the receipt: it lasts as long as a receipt that
-// a redelivery kept alive, and one it outlives does not lend it to a later
-// receipt under the same request ID.
+// a redelivery kept alive, and neither it nor a dead letter that outlives
+// the receipt touches a later receipt under the same request ID.
 func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 	s := New(t.TempDir())
 	s.Logger = zaptest.NewLogger(t)
@@ -467,11 +467,11 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 	// Badger's expiries are whole seconds: steps are timed from one.
 	second := time.Now().Truncate(time.Second).Add(time.Second)
 	at := func(sec float64) { time.Sleep(time.Until(second.Add(time.Duration(sec * float64(time.Second))))) }
-	settle := func(requestID string) {
+	settle := func(requestID string, state webhookd.ForwardState) {
 		t.Helper()
 		for _, e := range outbox(t, s) {
 			if e.RequestID == requestID {
-				if err := s.Settle(ctx, e, forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: time.Now()}); err != nil {
+				if err := s.Settle(ctx, e, forward.Result{State: state, Attempts: 1, Status: 200, At: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
 				return
@@ -484,22 +484,31 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 	mustDecide(t, s, delivery("req-1", "d-1", `{"n":1}`)) // expires at 2
 	at(1.05)
 	mustDecide(t, s, delivery("req-1", "d-2", `{"n":1}`)) // now expires at 3
-	settle("req-1")
+	settle("req-1", webhookd.ForwardDelivered)
 	at(2.1)
 	if got := receiptOf(t, s, "req-1").Forward.State; got != webhookd.ForwardDelivered {
 		t.Errorf("forward state past the first delivery's TTL: %s, want delivered", got)
 	}
 
 	mustDecide(t, s, delivery("req-2", "d-1", `{"n":2}`)) // expires at 4
+	mustDecide(t, s, delivery("req-3", "d-1", `{"n":3}`))
+	settle("req-3", webhookd.ForwardDead)
 	at(3.1)
-	settle("req-2") // its status expires at 5
+	settle("req-2", webhookd.ForwardDelivered) // its status expires at 5
 	at(4.1)
-	if _, err := s.Receipt(ctx, "billing", "req-2"); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
-		t.Fatalf("receipt of req-2 past its TTL: %v, want not found", err)
+	for _, id := range []string{"req-2", "req-3"} {
+		if _, err := s.Receipt(ctx, "billing", id); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
+			t.Fatalf("receipt of %s past its TTL: %v, want not found", id, err)
+		}
+		mustDecide(t, s, delivery(id, "d-2", `{"n":0}`))
 	}
-	mustDecide(t, s, delivery("req-2", "d-2", `{"n":2}`))
-	if got := receiptOf(t, s, "req-2").Forward.State; got != webhookd.ForwardPending {
-		t.Errorf("forward state of a new receipt under an old request ID: %s, want pending", got)
+	if err := s.DiscardDeadLetter(ctx, "billing", "req-3"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"req-2", "req-3"} {
+		if got := receiptOf(t, s, id).Forward.State; got != webhookd.ForwardPending {
+			t.Errorf("forward state of a new receipt under %s, an old request ID: %s, want pending", id, got)
+		}
 	}
 }
 
