@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -117,11 +118,19 @@ func (t *tx) decodeEntry(key, b []byte, withBody bool) (e forward.Entry, err err
 // payload returns the body in a request's payload key, or nil when the key
 // has expired.
 func (t *tx) payload(source, requestID string) ([]byte, error) {
-	p, err := t.getRaw(payloadKey(source, requestID))
-	if err != nil || p == nil {
-		return nil, err
+	item, err := t.txn.Get(payloadKey(source, requestID))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
 	}
-	body, err := forward.DecodeBody(p)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	var body []byte
+	// DecodeBody copies the body out, so the value itself need not be.
+	err = item.Value(func(p []byte) error {
+		body, err = forward.DecodeBody(p)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("payload of %s/%s: %w", source, requestID, err)
 	}
