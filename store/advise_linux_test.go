@@ -9,19 +9,12 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/zap/zaptest"
 )
 
 func TestMemtableLogsAreAdvisedRandom(t *testing.T) {
 	dir := t.TempDir()
-	s := New(dir)
-	s.Logger = zaptest.NewLogger(t)
-	s.memTableSize = 1 << 20 // a few MB of writes rotate the memtable, and its log, a few times
-	if err := s.Open(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	// A few MB of writes rotate the memtable, and its log, a few times.
+	s := openStore(t, dir, func(s *Store) { s.memTableSize = 1 << 20 })
 	pad := strings.Repeat("x", 4<<10)
 	for i := range 1000 {
 		mustDecide(t, s, delivery(fmt.Sprint("req-", i), "d", fmt.Sprintf(`{"n":%d,"pad":%q}`, i, pad)))

@@ -20,10 +20,14 @@ import (
 
 var ctx = context.Background()
 
-func openStore(t *testing.T, dir string) *Store {
+// openStore opens a store in dir, after set has changed its settings.
+func openStore(t *testing.T, dir string, set ...func(*Store)) *Store {
 	t.Helper()
 	s := New(dir)
 	s.Logger = zaptest.NewLogger(t)
+	for _, f := range set {
+		f(s)
+	}
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -273,14 +277,8 @@ func TestBatchSeesItsOwnEarlierDecisions(t *testing.T) {
 }
 
 func TestOversizedBatchIsSplit(t *testing.T) {
-	dir := t.TempDir()
-	s := New(dir)
-	s.Logger = zaptest.NewLogger(t)
-	s.memTableSize = 1 << 20 // Badger then takes about 150 KB per transaction
-	if err := s.Open(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	// Badger then takes about 150 KB per transaction.
+	s := openStore(t, t.TempDir(), func(s *Store) { s.memTableSize = 1 << 20 })
 	body := string(make([]byte, 8<<10))
 	var ds []webhookd.Delivery
 	for i := 0; i < 60; i++ { // about 480 KB of outbox bodies
@@ -345,13 +343,7 @@ func TestReceiptsAndVersionsSurviveReopen(t *testing.T) {
 }
 
 func TestReceiptsExpireAfterTTL(t *testing.T) {
-	s := New(t.TempDir())
-	s.Logger = zaptest.NewLogger(t)
-	s.ReceiptTTL = time.Second
-	if err := s.Open(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, t.TempDir(), func(s *Store) { s.ReceiptTTL = time.Second })
 	mustDecide(t, s, versioned("req-1", "sub_1", 1))
 	// Badger expires by the second; waiting past two boundaries is certain.
 	time.Sleep(2100 * time.Millisecond)
@@ -457,13 +449,7 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 // a redelivery kept alive, and neither it nor a dead letter that outlives
 // the receipt touches a later receipt under the same request ID.
 func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
-	s := New(t.TempDir())
-	s.Logger = zaptest.NewLogger(t)
-	s.ReceiptTTL = time.Second
-	if err := s.Open(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, t.TempDir(), func(s *Store) { s.ReceiptTTL = time.Second })
 	// Badger's expiries are whole seconds: steps are timed from one.
 	second := time.Now().Truncate(time.Second).Add(time.Second)
 	at := func(sec float64) { time.Sleep(time.Until(second.Add(time.Duration(sec * float64(time.Second))))) }
