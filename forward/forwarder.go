@@ -221,7 +221,7 @@ type job struct {
 	lane      *lane
 	entries   []Entry
 	supersede bool
-	recheck   bool
+	recheck   bool // the lane's, copied: only the scheduler reads lanes
 }
 
 // settled is a job's outcome, back to the scheduler.

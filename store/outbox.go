@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -118,12 +117,9 @@ func (t *tx) decodeEntry(key, b []byte, withBody bool) (e forward.Entry, err err
 // payload returns the body in a request's payload key, or nil when the key
 // has expired.
 func (t *tx) payload(source, requestID string) ([]byte, error) {
-	item, err := t.txn.Get(payloadKey(source, requestID))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, unavailable(err)
+	item, err := t.item(payloadKey(source, requestID))
+	if err != nil || item == nil {
+		return nil, err
 	}
 	var body []byte
 	// DecodeBody copies the body out, so the value itself need not be.

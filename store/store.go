@@ -349,12 +349,9 @@ type latestWrite struct {
 // when the key is absent or expired, and the key's expiry (0 for none) when
 // present.
 func (t *tx) get(key []byte, v any) (found bool, expiresAt uint64, err error) {
-	item, err := t.txn.Get(key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return false, 0, nil
-	}
-	if err != nil {
-		return false, 0, unavailable(err)
+	item, err := t.item(key)
+	if err != nil || item == nil {
+		return false, 0, err
 	}
 	if err := item.Value(func(b []byte) error { return decode(b, v) }); err != nil {
 		return false, 0, fmt.Errorf("decode %q: %w", key, err)
@@ -364,18 +361,21 @@ func (t *tx) get(key []byte, v any) (found bool, expiresAt uint64, err error) {
 
 // exists reports whether key is present and unexpired, without reading its value.
 func (t *tx) exists(key []byte) (bool, error) {
-	_, err := t.txn.Get(key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, unavailable(err)
-	}
-	return true, nil
+	item, err := t.item(key)
+	return item != nil, err
 }
 
 // getRaw returns a copy of the value at key, or nil when it is absent.
 func (t *tx) getRaw(key []byte) ([]byte, error) {
+	item, err := t.item(key)
+	if err != nil || item == nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}
+
+// item returns the item at key, or nil when it is absent or expired.
+func (t *tx) item(key []byte) (*badger.Item, error) {
 	item, err := t.txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, nil
@@ -383,7 +383,7 @@ func (t *tx) getRaw(key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	return item.ValueCopy(nil)
+	return item, nil
 }
 
 // set stages v as JSON at key; expiresAt is a Unix time in seconds, 0 for never.
