@@ -51,7 +51,7 @@ func (s *Store) Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outco
 func (s *Store) stageDecision(t *tx, d webhookd.Delivery) (webhookd.Outcome, error) {
 	rkey := receiptKey(d.Source, d.RequestID)
 	var held dedupe.Receipt
-	found, _, err := t.get(rkey, &held)
+	found, err := t.get(rkey, &held)
 	if err != nil {
 		return webhookd.Outcome{}, err
 	}
@@ -215,7 +215,7 @@ func (s *Store) getOne(key []byte, v any) error {
 
 // mustGet decodes the JSON value at key into v, or says it is not found.
 func (t *tx) mustGet(key []byte, v any) error {
-	found, _, err := t.get(key, v)
+	found, err := t.get(key, v)
 	if err == nil && !found {
 		err = webhookd.Errorf(webhookd.ENOTFOUND, "not found")
 	}
@@ -238,7 +238,7 @@ type forwardRecord struct {
 // earlier receipt under the same request ID left, whose status it ignores.
 func (t *tx) forwardStatus(r *dedupe.Receipt) (held bool, err error) {
 	var f forwardRecord
-	held, _, err = t.get(forwardKey(r.Source, r.RequestID), &f)
+	held, err = t.get(forwardKey(r.Source, r.RequestID), &f)
 	if held && (f.ReceiptFirstSeen.IsZero() || f.ReceiptFirstSeen.Equal(r.FirstSeen)) {
 		r.Forward = f.ForwardStatus
 	}

@@ -370,7 +370,7 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string)
 		// the same request ID (a dead letter outlives its receipt), there
 		// is none to keep.
 		var r dedupe.Receipt
-		if found, _, err := t.get(receiptKey(source, requestID), &r); err != nil || !found || !r.FirstSeen.Equal(e.CreatedAt) {
+		if found, err := t.get(receiptKey(source, requestID), &r); err != nil || !found || !r.FirstSeen.Equal(e.CreatedAt) {
 			return err
 		}
 		if _, err := t.forwardStatus(&r); err != nil {
@@ -391,7 +391,7 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 	now := time.Now()
 	err := s.update(func(t *tx) error {
 		var r dedupe.Receipt
-		found, _, err := t.get(receiptKey(source, requestID), &r)
+		found, err := t.get(receiptKey(source, requestID), &r)
 		if err != nil {
 			return err
 		}

@@ -346,17 +346,16 @@ type latestWrite struct {
 }
 
 // get decodes the JSON value at key into v, a zero value. It reports false
-// when the key is absent or expired, and the key's expiry (0 for none) when
-// present.
-func (t *tx) get(key []byte, v any) (found bool, expiresAt uint64, err error) {
+// when the key is absent or expired.
+func (t *tx) get(key []byte, v any) (found bool, err error) {
 	item, err := t.item(key)
 	if err != nil || item == nil {
-		return false, 0, err
+		return false, err
 	}
 	if err := item.Value(func(b []byte) error { return decode(b, v) }); err != nil {
-		return false, 0, fmt.Errorf("decode %q: %w", key, err)
+		return false, fmt.Errorf("decode %q: %w", key, err)
 	}
-	return true, item.ExpiresAt(), nil
+	return true, nil
 }
 
 // exists reports whether key is present and unexpired, without reading its value.
@@ -437,7 +436,7 @@ func (t *tx) getLatest(source, resource string) (versioning.Latest, bool, error)
 		return l, true, nil
 	}
 	var l versioning.Latest
-	found, _, err := t.get(key, &l)
+	found, err := t.get(key, &l)
 	if found && err == nil {
 		// Not staged by this batch, so what Badger has is committed.
 		t.latest.put(string(key), l)
