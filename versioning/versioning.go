@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -61,15 +62,37 @@ var (
 )
 
 func parseTimestamp(raw string) (uint64, error) {
-	t, err := time.Parse(time.RFC3339Nano, raw)
+	// RFC 3339 lets "T" and "Z" be lower case; Go's layout takes upper case only.
+	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(raw))
 	if err != nil {
 		return 0, fmt.Errorf("%w: %q is not an RFC 3339 timestamp", ErrInvalid, raw)
+	}
+	// Go drops digits past the nanosecond, which would make two different
+	// times one order key and the later one stale: refuse what cannot be ordered.
+	if fraction(raw) > 9 {
+		return 0, fmt.Errorf("%w: %q has more than nine decimals of a second", ErrInvalid, raw)
 	}
 	if t.Before(minTime) || t.After(maxTime) {
 		return 0, fmt.Errorf("%w: %q is out of range", ErrInvalid, raw)
 	}
 	// Flipping the sign bit maps int64 order onto uint64 order.
 	return uint64(t.UnixNano()) ^ (1 << 63), nil
+}
+
+// fraction counts the digits after the seconds of a parsed RFC 3339 time.
+func fraction(raw string) int {
+	i := strings.IndexByte(raw, '.')
+	if i < 0 {
+		return 0
+	}
+	n := 0
+	for _, c := range []byte(raw[i+1:]) {
+		if c < '0' || c > '9' {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // Latest is the latest accepted version of one resource.

@@ -44,6 +44,8 @@ func TestParseTimestampKeepsOrder(t *testing.T) {
 		"1970-01-01T00:00:00Z",
 		"2026-11-30T10:00:00Z",
 		"2026-11-30T11:00:00.5+01:00", // 10:00:00.5 UTC
+		"2026-11-30t10:00:00.6z",      // RFC 3339 allows lower case
+		"2026-11-30T10:00:00.600000001Z",
 		"2026-11-30T10:00:01Z",
 	}
 	var prev uint64
@@ -57,7 +59,9 @@ func TestParseTimestampKeepsOrder(t *testing.T) {
 		}
 		prev = got
 	}
-	for _, bad := range []string{"", "2026-11-30", "yesterday", "1600-01-01T00:00:00Z", "1700000000"} {
+	for _, bad := range []string{"", "2026-11-30", "yesterday", "1600-01-01T00:00:00Z", "1700000000",
+		// Go would round these two to one key, and the later would be stale.
+		"2026-11-30T10:00:00.0000000001Z", "2026-11-30T10:00:00.0000000002Z"} {
 		if _, err := Parse(Timestamp, bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Parse(%q) err = %v, want ErrInvalid", bad, err)
 		}
