@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"reflect"
 	"regexp"
@@ -93,7 +94,7 @@ type Source struct {
 	Version            string                    `yaml:"version" validate:"omitempty,selector"`
 	VersionFormat      versioning.Format         `yaml:"version_format" validate:"oneof=integer timestamp"`
 	FingerprintExclude []string                  `yaml:"fingerprint_exclude" validate:"dive,json_path"`
-	Responses          map[webhookd.Decision]int `yaml:"responses" validate:"dive,keys,oneof=accepted duplicate stale conflict,endkeys,gte=200,lte=599"`
+	Responses          map[webhookd.Decision]int `yaml:"responses" validate:"dive,keys,oneof=accepted duplicate stale conflict,endkeys,gte=200,lte=599,with_body"`
 	// Verify is nil when deliveries are not signed.
 	Verify *Verify `yaml:"verify"`
 	// Record overrides the global record setting for this source.
@@ -282,6 +283,13 @@ func (c *Config) Validate() error {
 				problems = append(problems, fmt.Sprintf("sources[%d].verify.%v", i, err))
 			}
 		}
+		if s.Verify != nil {
+			// A copy sent again after its receipt expired, and still within
+			// tolerance, would be accepted and forwarded as new.
+			if w := s.Verify.Signature().ReplayWindow(); w >= c.ReceiptTTL {
+				problems = append(problems, fmt.Sprintf("sources[%d].verify.tolerance: a signed delivery passes for %s (the tolerance either side of its timestamp), not less than receipt_ttl %s: a copy sent after its receipt expired would be accepted again", i, w, c.ReceiptTTL))
+			}
+		}
 		if s.Name == UnknownSource {
 			problems = append(problems, fmt.Sprintf("sources[%d].name: %q is reserved: it is the metrics label of requests to no configured source", i, s.Name))
 		}
@@ -354,6 +362,13 @@ func newValidator() *validator.Validate {
 	must(v.RegisterValidation("json_path", matches(jsonPathRe)))
 	must(v.RegisterValidation("source_name", matches(sourceNameRe)))
 	must(v.RegisterValidation("header_name", matches(headerNameRe)))
+	must(v.RegisterValidation("with_body", func(fl validator.FieldLevel) bool {
+		switch fl.Field().Int() {
+		case http.StatusNoContent, http.StatusResetContent, http.StatusNotModified:
+			return false
+		}
+		return true
+	}))
 	must(v.RegisterValidation("listen", func(fl validator.FieldLevel) bool {
 		_, port, err := net.SplitHostPort(fl.Field().String())
 		if err != nil {
@@ -382,6 +397,7 @@ var rules = map[string]string{
 	"unique":      "must not repeat a name",
 	"gtefield":    "must not be less than backoff.initial",
 	"http_url":    "must be an http or https URL",
+	"with_body":   "must be a status that carries a body (every answer is JSON); 204, 205 and 304 carry none",
 }
 
 func describe(fe validator.FieldError) string {

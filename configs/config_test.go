@@ -111,6 +111,8 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 		{"version without resource", `sources: [{name: a, request_id: "json:id", version: "json:v"}]`, []string{"sources[0].resource: is required when version is set"}},
 		{"bad version format", `sources: [{name: a, request_id: "json:id", resource: "json:r", version: "json:v", version_format: semver}]`, []string{"sources[0].version_format: must be one of: integer, timestamp"}},
 		{"bad response status", `sources: [{name: a, request_id: "json:id", responses: {stale: 99}}]`, []string{"sources[0].responses[stale]: must be at least 200"}},
+		{"response without a body", `sources: [{name: a, request_id: "json:id", responses: {accepted: 204, duplicate: 304}}]`, []string{"sources[0].responses[accepted]: must be a status that carries a body", "sources[0].responses[duplicate]: must be a status that carries a body"}},
+		{"signatures outlive receipts", `{receipt_ttl: 10m, sources: [{name: a, verify: {scheme: stripe, secrets: [s]}}]}`, []string{"sources[0].verify.tolerance: a signed delivery passes for 10m0s", "not less than receipt_ttl 10m0s"}},
 		{"bad response key", `sources: [{name: a, request_id: "json:id", responses: {stael: 409}}]`, []string{"sources[0].responses[stael]: must be one of"}},
 		{"ttl too short", `{receipt_ttl: 10ms, sources: [{name: a, request_id: "json:id"}]}`, []string{"receipt_ttl: must be at least 1s"}},
 		{"bad listen", `{listen: "8080", sources: [{name: a, request_id: "json:id"}]}`, []string{"listen: must be host:port"}},
@@ -131,6 +133,20 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: error %q does not contain %q", tt.name, err, w)
 			}
+		}
+	}
+}
+
+// Receipts must outlast the window in which a signed timestamp passes;
+// schemes that sign none set no such window.
+func TestReceiptsOutliveTheReplayWindow(t *testing.T) {
+	for _, yaml := range []string{
+		`{receipt_ttl: 11m, sources: [{name: a, verify: {scheme: stripe, secrets: [s]}}]}`,
+		`{receipt_ttl: 3m, sources: [{name: a, verify: {scheme: slack, secrets: [s], tolerance: 1m}}]}`,
+		`{receipt_ttl: 1s, sources: [{name: a, verify: {scheme: github, secrets: [s]}}]}`,
+	} {
+		if _, err := Parse([]byte(yaml)); err != nil {
+			t.Errorf("%s: %v", yaml, err)
 		}
 	}
 }

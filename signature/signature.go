@@ -65,6 +65,24 @@ func New(cfg Config) (Verifier, error) {
 	return v, nil
 }
 
+func (c Config) tolerance() time.Duration {
+	if c.Tolerance == 0 {
+		return DefaultTolerance
+	}
+	return c.Tolerance
+}
+
+// ReplayWindow is how long one signed delivery passes the check: its
+// tolerance either side of the timestamp it signs. Zero for the schemes
+// that sign no timestamp, whose deliveries pass for good.
+func (c Config) ReplayWindow() time.Duration {
+	switch c.Scheme {
+	case Stripe, Slack, StandardWebhooks:
+		return 2 * c.tolerance()
+	}
+	return 0
+}
+
 // scheme is what every verifier also knows how to do: put fresh signature
 // headers on a request, for Resign.
 type scheme interface {
@@ -90,10 +108,7 @@ func build(cfg Config) (scheme, error) {
 	if cfg.Tolerance < 0 {
 		return nil, errors.New("tolerance: must not be negative")
 	}
-	tolerance := cfg.Tolerance
-	if tolerance == 0 {
-		tolerance = DefaultTolerance
-	}
+	tolerance := cfg.tolerance()
 
 	if name == None {
 		if slices.ContainsFunc(cfg.Secrets, func(s string) bool { return s != "" }) {
