@@ -350,6 +350,23 @@ func TestArrayIndexSelectorAndUnversionedSource(t *testing.T) {
 	}
 }
 
+// Paths are read literally, whatever gjson and sjson take as syntax, both
+// in selectors and in fingerprint_exclude.
+func TestPathsAreLiteral(t *testing.T) {
+	f := newFixtureFor(t, `
+sources:
+  - name: s
+    request_id: json::id
+    fingerprint_exclude: [":sent", "m.:s", "a*", "q?"]
+`, nil)
+	body := func(n int) string {
+		return fmt.Sprintf(`{":id":"r1",":sent":%d,"m":{":s":%d},"a*":%d,"q?":%d,"ab":1,"qr":1}`, n, n, n, n)
+	}
+	expect(t, f.post("s", body(1)), 202, "accepted")
+	expect(t, f.post("s", body(2)), 200, "duplicate")
+	expect(t, f.post("s", strings.Replace(body(2), `"ab":1`, `"ab":2`, 1)), 422, "conflict")
+}
+
 func TestStorageUnavailableIs503(t *testing.T) {
 	f := newFixture(t, nil)
 	f.store.Close()

@@ -46,12 +46,17 @@ func parseSelector(field, spec string) (selector, error) {
 	return selector{}, fmt.Errorf("%s: bad selector %q", field, spec)
 }
 
-// jsonPath turns a dotted path into a gjson path that reads every segment
-// literally: a key may hold characters gjson treats as syntax.
+// jsonPath turns a dotted path into a gjson (and sjson) path that reads
+// every segment literally: a key may hold characters gjson treats as
+// syntax. gjson.Escape leaves a leading ':' alone, which sjson takes as
+// "this is an object key" and drops, so its deletes missed the key.
 func jsonPath(dotted string) string {
 	segs := strings.Split(dotted, ".")
 	for i, s := range segs {
 		segs[i] = gjson.Escape(s)
+		if strings.HasPrefix(s, ":") {
+			segs[i] = `\` + segs[i]
+		}
 	}
 	return strings.Join(segs, ".")
 }
