@@ -20,8 +20,9 @@ func (s *Server) requireToken(c *fiber.Ctx) error {
 	if s.token == "" {
 		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "admin API disabled: set admin.token")
 	}
-	got, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+	// The scheme's name is case-insensitive (RFC 9110, 11.1).
+	scheme, got, _ := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
+	if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
 		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "missing or wrong bearer token")
 	}
 	return c.Next()

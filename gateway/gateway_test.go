@@ -414,7 +414,7 @@ func TestPanicIs500AndTheServerLivesOn(t *testing.T) {
 func TestAdminNeedsToken(t *testing.T) {
 	f := newFixture(t, nil)
 	f.post("billing", billing("req-1", "s", 1))
-	for _, auth := range []string{"", "Bearer wrong", "t0ken", "Basic t0ken"} {
+	for _, auth := range []string{"", "Bearer wrong", "t0ken", "Basic t0ken", "Bearer  t0ken", "Bearert0ken"} {
 		req := httptest.NewRequest(http.MethodGet, "/admin/receipts/billing/req-1", nil)
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
@@ -423,8 +423,12 @@ func TestAdminNeedsToken(t *testing.T) {
 			t.Errorf("Authorization %q: %d, want 401", auth, r.status)
 		}
 	}
-	if r := f.admin("/admin/receipts/billing/req-1"); r.status != 200 {
-		t.Errorf("with the token: %d", r.status)
+	for _, auth := range []string{"Bearer t0ken", "bearer t0ken", "BEARER t0ken"} {
+		req := httptest.NewRequest(http.MethodGet, "/admin/receipts/billing/req-1", nil)
+		req.Header.Set("Authorization", auth)
+		if r := f.do(req); r.status != 200 {
+			t.Errorf("Authorization %q: %d, want 200", auth, r.status)
+		}
 	}
 	if r := f.admin("/admin/receipts/billing/nope"); r.status != 404 {
 		t.Errorf("unknown receipt: %d", r.status)
