@@ -341,6 +341,15 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 		if e.BodyLost {
 			return webhookd.Errorf(webhookd.ECONFLICT, "the payload of %s/%s expired before it was forwarded: there is nothing to send", source, requestID)
 		}
+		// A dead letter outlives its receipt. Once the request ID came back
+		// under a new receipt, that request is forwarded on its own, and
+		// this one would take its payload and status.
+		var r dedupe.Receipt
+		if found, err := t.get(receiptKey(source, requestID), &r); err != nil {
+			return err
+		} else if found && !r.FirstSeen.Equal(e.CreatedAt) {
+			return webhookd.Errorf(webhookd.ECONFLICT, "%s/%s was received again after this dead letter's receipt expired, and is forwarded as that new request: discard this dead letter", source, requestID)
+		}
 		if err := t.checkStillLatest(&e); err != nil {
 			return err
 		}

@@ -488,6 +488,11 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 		}
 		mustDecide(t, s, delivery(id, "d-2", `{"n":0}`))
 	}
+	// The dead letter of req-3's first receipt would be sent in place of
+	// the second, with its body and status, under the same Idempotency-Key.
+	if err := s.RetryDeadLetter(ctx, "billing", "req-3"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+		t.Fatalf("retrying the dead letter of an earlier receipt under req-3: %v, want conflict", err)
+	}
 	if err := s.DiscardDeadLetter(ctx, "billing", "req-3"); err != nil {
 		t.Fatal(err)
 	}
