@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -58,7 +59,10 @@ func RetryAfter(h string, now time.Time) time.Duration {
 	if h == "" {
 		return 0
 	}
-	if secs, err := strconv.Atoi(h); err == nil && secs > 0 {
+	if secs, err := strconv.ParseUint(h, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if secs > uint64(math.MaxInt64/time.Second) {
+			return math.MaxInt64 // more than a Duration holds; Delay caps it
+		}
 		return time.Duration(secs) * time.Second
 	}
 	if t, err := http.ParseTime(h); err == nil && t.After(now) {

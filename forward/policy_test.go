@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -54,7 +55,14 @@ func TestRetryAfter(t *testing.T) {
 		"5":    5 * time.Second,
 		"0":    0,
 		"-3":   0,
+		"+3":   0,
 		"soon": 0,
+		// Past what a Duration holds; multiplied out, they wrapped to 290 ms
+		// and to a negative delay.
+		"18446744074":          math.MaxInt64,
+		"9223372037":           math.MaxInt64,
+		"99999999999999999999": math.MaxInt64,
+		"9223372036":           9223372036 * time.Second,
 		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
 		now.Add(-time.Minute).Format(http.TimeFormat):     0,
 	}
