@@ -38,7 +38,7 @@ func acceptRaw(t *testing.T, s *store.Store, requestID, contentType, body string
 // whole; a long header does not make it fail either.
 func TestRequestAndAnswerOnTheWire(t *testing.T) {
 	s := openStore(t, t.TempDir())
-	var gotURI, gotHost, gotType atomic.Value
+	var gotURI, gotHost, gotType, gotProxy atomic.Value
 	var gotClose atomic.Bool
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -46,6 +46,7 @@ func TestRequestAndAnswerOnTheWire(t *testing.T) {
 		gotHost.Store(r.Host)
 		gotClose.Store(r.Close)
 		gotType.Store(strings.Join(r.Header.Values("Content-Type"), ","))
+		gotProxy.Store(r.Header.Get("Proxy-Authorization") + r.Header.Get("Proxy-Connection"))
 		for i := range 100 { // 20 KB of header
 			w.Header().Add("Set-Cookie", fmt.Sprintf("c%d=%s", i, strings.Repeat("v", 200)))
 		}
@@ -53,7 +54,8 @@ func TestRequestAndAnswerOnTheWire(t *testing.T) {
 	}))
 	t.Cleanup(down.Close)
 	r := route(down.URL + "/hooks//a%2Fb?token=x%20y&n=1")
-	r.Headers = map[string]string{"Host": "elsewhere.example", "Connection": "close", "Content-Length": "1"}
+	r.Headers = map[string]string{"Host": "elsewhere.example", "Connection": "close", "Content-Length": "1",
+		"Proxy-Authorization": "Basic c2VjcmV0", "Proxy-Connection": "close"}
 	start(t, s, map[string]forward.Route{"billing": r})
 	acceptRaw(t, s, "req-1", "", "a=1")
 	eventually(t, "delivered", delivered(t, s, "req-1"))
@@ -71,6 +73,9 @@ func TestRequestAndAnswerOnTheWire(t *testing.T) {
 	}
 	if ct := gotType.Load(); ct != "" {
 		t.Errorf("Content-Type = %q, want none", ct)
+	}
+	if p := gotProxy.Load(); p != "" {
+		t.Errorf("proxy headers %q reached the downstream", p)
 	}
 }
 

@@ -557,7 +557,8 @@ func (f *Forwarder) post(r *route, e *Entry, attempt int) (status int, retryAfte
 // the request on the wire are the client's to set, and are left out.
 func setHeader(req *fasthttp.Request, k, v string) {
 	switch http.CanonicalHeaderKey(k) {
-	case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Te", "Trailer":
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Te", "Trailer",
+		"Proxy-Authorization", "Proxy-Authenticate", "Proxy-Connection":
 		return
 	}
 	req.Header.Set(k, v)
