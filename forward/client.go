@@ -1,16 +1,18 @@
 package forward
 
 import (
+	"bufio"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttpproxy"
 	"golang.org/x/net/http/httpproxy"
 	xproxy "golang.org/x/net/proxy"
 )
@@ -88,13 +90,16 @@ func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFunc
 		}, nil
 	}
 	switch proxy.Scheme {
+	// Both are dialled with a context, so that the attempt's timeout and
+	// Close bound the handshake too: a proxy that accepts and never answers
+	// would otherwise hold the attempt, or shutdown, for longer.
 	case "http":
-		dial := fasthttpproxy.FasthttpHTTPDialerDualStackTimeout(proxy.String(), timeout)
-		return func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }, nil
+		return func(addr string, timeout time.Duration) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(f.ctx, timeout)
+			defer cancel()
+			return connectThrough(ctx, proxy, addr)
+		}, nil
 	case "socks5", "socks5h":
-		// Dialled with a context, so that the attempt's timeout and Close
-		// bound the handshake too: a proxy that accepts and never answers
-		// would otherwise hold the attempt for good.
 		d, err := xproxy.FromURL(proxy, &net.Dialer{})
 		if err != nil {
 			return nil, fmt.Errorf("proxy %s for %s: %w", proxy.Redacted(), u.Redacted(), err)
@@ -108,6 +113,54 @@ func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFunc
 	}
 	return nil, fmt.Errorf("proxy %s for %s: scheme %q is not supported (http, socks5)", proxy.Redacted(), u.Redacted(), proxy.Scheme)
 }
+
+// connectThrough opens a tunnel to addr through the HTTP proxy (CONNECT),
+// within ctx.
+func connectThrough(ctx context.Context, proxy *url.URL, addr string) (net.Conn, error) {
+	host := proxy.Host
+	if proxy.Port() == "" {
+		host = net.JoinHostPort(proxy.Hostname(), "80")
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, fmt.Errorf("proxy %s: %w", proxy.Redacted(), err)
+	}
+	// Reading the answer does not watch ctx: an expired deadline ends it.
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: addr}, Host: addr, Header: http.Header{"User-Agent": {"webhookd"}}}
+	if u := proxy.User; u != nil {
+		password, _ := u.Password()
+		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+password)))
+	}
+	br := bufio.NewReader(c)
+	var resp *http.Response
+	if err = req.Write(c); err == nil {
+		resp, err = http.ReadResponse(br, req)
+	}
+	if !stop() {
+		err = context.Cause(ctx)
+	}
+	switch {
+	case err != nil:
+		c.Close()
+		return nil, fmt.Errorf("proxy %s: CONNECT %s: %w", proxy.Redacted(), addr, err)
+	case resp.StatusCode != http.StatusOK:
+		c.Close()
+		return nil, fmt.Errorf("proxy %s: CONNECT %s: %s", proxy.Redacted(), addr, resp.Status)
+	case br.Buffered() > 0:
+		// Bytes of the tunnel that came with the answer.
+		return &bufferedConn{Conn: c, r: br}, nil
+	}
+	return c, nil
+}
+
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // conns tracks the forwarder's open connections, because fasthttp cannot
 // cancel a request: closing its connection is how Close abandons one.

@@ -2,6 +2,7 @@ package forward_test
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,8 +120,9 @@ func TestForwardsOverTLS(t *testing.T) {
 	}
 }
 
-// connectProxy is an HTTP proxy on loopback that tunnels CONNECT requests,
-// sending every one to target whatever host it names.
+// connectProxy is an HTTP proxy on loopback that tunnels CONNECT requests
+// from user "u", password "p", sending every one to target whatever host
+// it names.
 func connectProxy(t *testing.T, target string) (addr string, tunnels *atomic.Int32) {
 	return loopbackProxy(t, target, func(c net.Conn, r *bufio.Reader) ([]byte, bool) {
 		req, err := http.ReadRequest(r)
@@ -127,8 +130,38 @@ func connectProxy(t *testing.T, target string) (addr string, tunnels *atomic.Int
 			io.WriteString(c, "HTTP/1.1 400 Bad Request\r\n\r\n")
 			return nil, false
 		}
+		if req.Header.Get("Proxy-Authorization") != "Basic dTpw" {
+			io.WriteString(c, "HTTP/1.1 407 Proxy Authentication Required\r\n\r\n")
+			return nil, false
+		}
 		return []byte("HTTP/1.1 200 Connection established\r\n\r\n"), true
 	})
+}
+
+// silentProxy takes connections and never answers; reached is closed when
+// the first arrives.
+func silentProxy(t *testing.T) (addr string, reached <-chan struct{}) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	first := make(chan struct{})
+	go func() {
+		var once sync.Once
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			once.Do(func() { close(first) })
+			go func() {
+				defer c.Close()
+				io.Copy(io.Discard, c) // until the client gives up
+			}()
+		}
+	}()
+	return ln.Addr().String(), first
 }
 
 // loopbackProxy listens on loopback and runs handshake on each connection:
@@ -179,14 +212,14 @@ func TestForwardsThroughTheEnvironmentsProxy(t *testing.T) {
 		serve  func(t *testing.T, target string) (addr string, tunnels *atomic.Int32)
 	}{
 		{"http", connectProxy},
-		{"socks5", func(t *testing.T, target string) (string, *atomic.Int32) { return socks5Proxy(t, target, true) }},
+		{"socks5", socks5Proxy},
 	} {
 		t.Run(p.scheme, func(t *testing.T) {
 			s := openStore(t, t.TempDir())
 			down := newDownstream(t, nil)
 			target := strings.TrimPrefix(down.URL, "http://")
 			proxy, tunnels := p.serve(t, target)
-			t.Setenv("HTTP_PROXY", p.scheme+"://"+proxy)
+			t.Setenv("HTTP_PROXY", p.scheme+"://u:p@"+proxy)
 			t.Setenv("NO_PROXY", "")
 			_, port, _ := net.SplitHostPort(target)
 			start(t, s, map[string]forward.Route{"billing": route("http://downstream.invalid:" + port + "/hooks")})
@@ -199,34 +232,53 @@ func TestForwardsThroughTheEnvironmentsProxy(t *testing.T) {
 	}
 }
 
-// A SOCKS5 proxy that takes the connection and never answers costs an
-// attempt its timeout, not the lane for good.
-func TestSilentSocks5ProxyFailsTheAttemptInTime(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	proxy, _ := socks5Proxy(t, "", false)
-	t.Setenv("HTTP_PROXY", "socks5://"+proxy)
-	t.Setenv("NO_PROXY", "")
-	r := route("http://downstream.invalid:9/hooks")
-	r.Timeout = 200 * time.Millisecond
-	start(t, s, map[string]forward.Route{"billing": r})
-	acceptRaw(t, s, "req-1", "application/json", "{}")
-	eventually(t, "a failed attempt", func() bool { return receipt(t, s, "billing", "req-1").Forward.Attempts >= 1 })
+// A proxy that takes the connection and never answers costs an attempt
+// its timeout, not the lane for good, and does not hold up Close.
+func TestSilentProxy(t *testing.T) {
+	for _, scheme := range []string{"http", "socks5"} {
+		t.Run(scheme, func(t *testing.T) {
+			proxy, _ := silentProxy(t)
+			t.Setenv("HTTP_PROXY", scheme+"://"+proxy)
+			t.Setenv("NO_PROXY", "")
+			s := openStore(t, t.TempDir())
+			r := route("http://downstream.invalid:9/hooks")
+			r.Timeout = 200 * time.Millisecond
+			start(t, s, map[string]forward.Route{"billing": r})
+			acceptRaw(t, s, "req-1", "application/json", "{}")
+			eventually(t, "a failed attempt", func() bool { return receipt(t, s, "billing", "req-1").Forward.Attempts >= 1 })
+		})
+		t.Run(scheme+" at Close", func(t *testing.T) {
+			proxy, reached := silentProxy(t)
+			t.Setenv("HTTP_PROXY", scheme+"://"+proxy)
+			t.Setenv("NO_PROXY", "")
+			s := openStore(t, t.TempDir())
+			r := route("http://downstream.invalid:9/hooks")
+			r.Timeout = time.Minute
+			f := start(t, s, map[string]forward.Route{"billing": r})
+			acceptRaw(t, s, "req-1", "application/json", "{}")
+			<-reached
+			closeCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			closed := make(chan struct{})
+			go func() { f.Close(closeCtx); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close waited for the proxy's handshake past its context")
+			}
+		})
+	}
 }
 
 // socks5Proxy is a SOCKS5 proxy on loopback (no authentication, CONNECT
-// only) that tunnels every connection to target whatever host it names;
-// when answer is false it reads the greeting and never replies.
-func socks5Proxy(t *testing.T, target string, answer bool) (addr string, tunnels *atomic.Int32) {
+// only) that tunnels every connection to target whatever host it names.
+func socks5Proxy(t *testing.T, target string) (addr string, tunnels *atomic.Int32) {
 	return loopbackProxy(t, target, func(c net.Conn, r *bufio.Reader) ([]byte, bool) {
 		greeting := make([]byte, 2)
 		if _, err := io.ReadFull(r, greeting); err != nil || greeting[0] != 5 {
 			return nil, false
 		}
 		if _, err := io.ReadFull(r, make([]byte, greeting[1])); err != nil {
-			return nil, false
-		}
-		if !answer {
-			io.Copy(io.Discard, r) // until the client gives up
 			return nil, false
 		}
 		c.Write([]byte{5, 0})   // no authentication
