@@ -208,10 +208,11 @@ func newRoute(name string, r Route) *route {
 }
 
 type lane struct {
-	key     string
-	entries []Entry // outbox order; metadata only
-	busy    bool
-	recheck bool // the head's last job failed on the store: it may be settled already
+	key       string
+	entries   []Entry // outbox order; metadata only
+	busy      bool
+	recheck   bool    // the head's last job failed on the store: it may be settled already
+	unsettled *Result // with recheck: the head was sent, and its result is still to record
 }
 
 // job is one piece of work for a worker: deliver entries[0], or mark all
@@ -221,15 +222,17 @@ type job struct {
 	lane      *lane
 	entries   []Entry
 	supersede bool
-	recheck   bool // the lane's, copied: only the scheduler reads lanes
+	recheck   bool    // the lane's, copied: only the scheduler reads lanes
+	unsettled *Result // the lane's, copied
 }
 
 // settled is a job's outcome, back to the scheduler.
 type settled struct {
 	job
-	retry   *Entry // the head, rescheduled; nil when the job's entries are done
-	keep    bool   // nothing was recorded: the entries stay as they were
-	recheck bool   // with retry: the store failed, so the head may be settled already
+	retry     *Entry  // the head, rescheduled; nil when the job's entries are done
+	keep      bool    // nothing was recorded: the entries stay as they were
+	recheck   bool    // with retry: the store failed, so the head may be settled already
+	unsettled *Result // with recheck: the head's attempt, to record instead of sending again
 }
 
 func (f *Forwarder) run() {
@@ -329,7 +332,7 @@ func (f *Forwarder) dispatch() time.Duration {
 			l.busy = true
 			r.inflight++
 			f.jobs++
-			j := job{route: r, lane: l, entries: l.entries[:1], recheck: l.recheck}
+			j := job{route: r, lane: l, entries: l.entries[:1], recheck: l.recheck, unsettled: l.unsettled}
 			if r.Supersede && len(l.entries) > 1 {
 				j.entries, j.supersede = l.entries[:len(l.entries)-1], true
 			}
@@ -349,9 +352,9 @@ func (f *Forwarder) settle(s settled) {
 	switch {
 	case s.keep:
 	case s.retry != nil:
-		l.entries[0], l.recheck = *s.retry, s.recheck
+		l.entries[0], l.recheck, l.unsettled = *s.retry, s.recheck, s.unsettled
 	default:
-		l.recheck = false
+		l.recheck, l.unsettled = false, nil
 		for _, e := range l.entries[:len(s.entries)] {
 			f.bodies -= len(e.Body)
 		}
@@ -390,8 +393,22 @@ func (f *Forwarder) do(j job, release func()) settled {
 	// Try the lane again after a pause rather than spin on a failing store.
 	storeFailed := func(what string, err error) settled {
 		f.Logger.Error(what, zap.String("request_id", e.RequestID), zap.Error(err))
-		e.NextAttemptAt = now.Add(max(j.route.Policy.Initial, time.Second))
+		e.NextAttemptAt = f.now().Add(max(j.route.Policy.Initial, time.Second))
 		s.retry, s.recheck = &e, true
+		return s
+	}
+	// An attempt is recorded before the lane moves on. One the store
+	// failed to record is recorded again, not sent again: a store that
+	// can read but not write would have the downstream get it without end.
+	record := func(r Result) settled {
+		if err := f.outbox.Settle(f.ctx, e, r); err != nil {
+			s.unsettled = &r
+			return storeFailed("settle forward attempt", err)
+		}
+		if r.State == webhookd.ForwardRetrying {
+			e.Attempts, e.NextAttemptAt, e.LastStatus, e.LastError = r.Attempts, r.NextAttemptAt, r.Status, r.Error
+			s.retry = &e
+		}
 		return s
 	}
 	if j.recheck {
@@ -408,6 +425,8 @@ func (f *Forwarder) do(j job, release func()) settled {
 		case !held:
 			s.entries = j.entries[:1]
 			return s
+		case j.unsettled != nil:
+			return record(*j.unsettled)
 		}
 	}
 	if j.supersede {
@@ -451,14 +470,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 			return s
 		}
 	}
-	if err := f.outbox.Settle(f.ctx, e, r); err != nil {
-		return storeFailed("settle forward attempt", err)
-	}
-	if r.State == webhookd.ForwardRetrying {
-		e.Attempts, e.NextAttemptAt, e.LastStatus, e.LastError = r.Attempts, r.NextAttemptAt, r.Status, r.Error
-		s.retry = &e
-	}
-	return s
+	return record(r)
 }
 
 // attempt sends e once. ok is false when the attempt was abandoned because

@@ -302,67 +302,75 @@ func TestFailsTwiceThenDelivered(t *testing.T) {
 	}
 }
 
-// settleLandsThenFails is the store whose first Settle is recorded and
-// reports an error all the same, as a Badger commit does when its sync
-// fails after the write: the one store fault the forwarder cannot undo.
-type settleLandsThenFails struct {
+// settleFailsOnce is the store whose first Settle reports an error. It
+// may have landed all the same, as when a Badger commit's sync fails after
+// the write, or not, as when the disk is full.
+type settleFailsOnce struct {
 	*store.Store
+	lands  bool
 	failed atomic.Bool
 }
 
-func (o *settleLandsThenFails) Settle(ctx context.Context, e forward.Entry, r forward.Result) error {
-	err := o.Store.Settle(ctx, e, r)
-	if err == nil && o.failed.CompareAndSwap(false, true) {
-		return errors.New("sync memtable log: input/output error")
+func (o *settleFailsOnce) Settle(ctx context.Context, e forward.Entry, r forward.Result) error {
+	if !o.failed.CompareAndSwap(false, true) {
+		return o.Store.Settle(ctx, e, r)
 	}
-	return err
+	if o.lands {
+		if err := o.Store.Settle(ctx, e, r); err != nil {
+			return err
+		}
+	}
+	return errors.New("sync memtable log: input/output error")
 }
 
 // After a Settle that failed, the forwarder asks the store whether the
-// entry is still there: one that was settled is not sent again, and a
-// supersede job that failed part way settles the rest, the newest sent.
-func TestSettledDespiteAnErrorIsNotSentAgain(t *testing.T) {
-	for _, supersede := range []bool{false, true} {
-		t.Run(fmt.Sprintf("supersede=%v", supersede), func(t *testing.T) {
-			s := openStore(t, t.TempDir())
-			down := newDownstream(t, nil)
-			for v := 1; v <= 3; v++ {
-				accept(t, s, "billing", fmt.Sprintf("req-%d", v), "sub_1", v)
-			}
-			r := route(down.URL)
-			r.Supersede = supersede
-			o := &settleLandsThenFails{Store: s}
-			f := forward.New(o, map[string]forward.Route{"billing": r}, zaptest.NewLogger(t))
-			if err := f.Open(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.Close(ctx) })
-			eventually(t, "a Settle that fails", o.failed.Load)
-			// The lane waits a second after the error, then finishes.
-			eventually(t, "nothing pending", func() bool { return f.Pending()["billing"] == 0 })
-			var keys []string
-			for _, a := range down.all() {
-				keys = append(keys, a.header.Get("Idempotency-Key"))
-			}
-			want := []string{"req-1", "req-2", "req-3"}
-			if supersede {
-				want = []string{"req-3"}
-			}
-			if !slices.Equal(keys, want) {
-				t.Errorf("downstream got %v, want %v", keys, want)
-			}
-			if !outboxEmpty(t, s)() {
-				t.Error("entries left in the outbox")
-			}
-			for v, want := range map[int]webhookd.ForwardState{1: webhookd.ForwardSuperseded, 2: webhookd.ForwardSuperseded, 3: webhookd.ForwardDelivered} {
-				if !supersede {
-					want = webhookd.ForwardDelivered
+// entry is still there: one that was settled is not sent again, one that
+// was not has its result recorded again, and a supersede job that failed
+// part way settles the rest, the newest sent.
+func TestSettleThatFailedIsNotSentAgain(t *testing.T) {
+	for _, lands := range []bool{true, false} {
+		for _, supersede := range []bool{false, true} {
+			t.Run(fmt.Sprintf("lands=%v/supersede=%v", lands, supersede), func(t *testing.T) {
+				s := openStore(t, t.TempDir())
+				down := newDownstream(t, nil)
+				for v := 1; v <= 3; v++ {
+					accept(t, s, "billing", fmt.Sprintf("req-%d", v), "sub_1", v)
 				}
-				if got := receipt(t, s, "billing", fmt.Sprintf("req-%d", v)).Forward; got.State != want || got.Attempts > 1 {
-					t.Errorf("req-%d: %+v, want %s", v, got, want)
+				r := route(down.URL)
+				r.Supersede = supersede
+				o := &settleFailsOnce{Store: s, lands: lands}
+				f := forward.New(o, map[string]forward.Route{"billing": r}, zaptest.NewLogger(t))
+				if err := f.Open(); err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
+				t.Cleanup(func() { f.Close(ctx) })
+				eventually(t, "a Settle that fails", o.failed.Load)
+				// The lane waits a second after the error, then finishes.
+				eventually(t, "nothing pending", func() bool { return f.Pending()["billing"] == 0 })
+				var keys []string
+				for _, a := range down.all() {
+					keys = append(keys, a.header.Get("Idempotency-Key"))
+				}
+				want := []string{"req-1", "req-2", "req-3"}
+				if supersede {
+					want = []string{"req-3"}
+				}
+				if !slices.Equal(keys, want) {
+					t.Errorf("downstream got %v, want %v", keys, want)
+				}
+				if !outboxEmpty(t, s)() {
+					t.Error("entries left in the outbox")
+				}
+				for v, want := range map[int]webhookd.ForwardState{1: webhookd.ForwardSuperseded, 2: webhookd.ForwardSuperseded, 3: webhookd.ForwardDelivered} {
+					if !supersede {
+						want = webhookd.ForwardDelivered
+					}
+					if got := receipt(t, s, "billing", fmt.Sprintf("req-%d", v)).Forward; got.State != want || got.Attempts > 1 {
+						t.Errorf("req-%d: %+v, want %s", v, got, want)
+					}
+				}
+			})
+		}
 	}
 }
 
