@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/webhookd/webhookd/replay"
 	"github.com/webhookd/webhookd/signature"
+	"github.com/webhookd/webhookd/versioning"
 )
 
 // maxBody bounds what the sink reads of a request; webhookd's own limit is
@@ -278,17 +278,14 @@ func (s *Server) take(r *http.Request, size int, sigErr error) (status int, note
 	return status, note
 }
 
-// compareVersions orders two versions as integers when both are, else as
-// RFC 3339 times when both are, else as strings.
+// compareVersions orders two versions as webhookd does: as integers when
+// both are, else as RFC 3339 times when both are, else as strings.
 func compareVersions(a, b string) int {
-	if x, err := strconv.ParseInt(a, 10, 64); err == nil {
-		if y, err := strconv.ParseInt(b, 10, 64); err == nil {
-			return cmp.Compare(x, y)
-		}
-	}
-	if x, err := time.Parse(time.RFC3339Nano, a); err == nil {
-		if y, err := time.Parse(time.RFC3339Nano, b); err == nil {
-			return x.Compare(y)
+	for _, f := range []versioning.Format{versioning.Integer, versioning.Timestamp} {
+		if x, err := versioning.Parse(f, a); err == nil {
+			if y, err := versioning.Parse(f, b); err == nil {
+				return cmp.Compare(x, y)
+			}
 		}
 	}
 	return strings.Compare(a, b)

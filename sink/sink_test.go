@@ -220,6 +220,10 @@ func TestCompareVersions(t *testing.T) {
 		{"2026-01-01T01:00:00+02:00", "2026-01-01T00:00:00Z", -1},
 		{"b", "a", 1},
 		{"10", "abc", -1}, // mixed: as strings
+		// What webhookd orders, the sink orders alike: past int64, and in
+		// lower case.
+		{"999", "10000000000000000000", -1},
+		{"2024-01-01t10:00:00+02:00", "2024-01-01t09:00:00z", -1},
 	} {
 		if got := compareVersions(tc.a, tc.b); got != tc.want {
 			t.Errorf("compareVersions(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
