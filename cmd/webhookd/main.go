@@ -215,12 +215,23 @@ func (m *Main) openRecorders() map[string]gateway.Recorder {
 	return recorders
 }
 
-// fileOf names the file r records to, the same however its path is spelt.
+// fileOf names the file r records to, the same however its path is spelt:
+// symbolic links are followed as far as the path exists yet.
 func fileOf(r *configs.Record) string {
-	if abs, err := filepath.Abs(r.Path); err == nil {
-		return abs
+	abs, err := filepath.Abs(r.Path)
+	if err != nil {
+		return filepath.Clean(r.Path)
 	}
-	return filepath.Clean(r.Path)
+	for dir, rest := abs, ""; ; {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return abs
+		}
+		dir, rest = parent, filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // routes turns each forwarding source's configuration into a route.

@@ -326,34 +326,49 @@ func TestGatewayRecordingReplaysOnAFreshGateway(t *testing.T) {
 // Sources that record to one file, whatever its path's spelling, share
 // one recorder, and it redacts what any of them asks for.
 func TestSharedRecordingRedactsForEverySource(t *testing.T) {
-	_, down := newRecorder(t)
 	dir := t.TempDir()
-	path := filepath.Join(dir, "deliveries.jsonl")
-	config := strings.Replace(testConfig(t, t.TempDir(), down.URL, "127.0.0.1:0", "127.0.0.1:0"),
-		"request_id: header:Idempotency-Key\n",
-		fmt.Sprintf("request_id: header:Idempotency-Key\n    record: { path: %q, redact: [X-Api-Key] }\n", filepath.Join(dir, "sub", "..", "deliveries.jsonl")), 1) +
-		fmt.Sprintf("record: { path: %q }\n", path)
-	m, c := startMain(t, config)
-	headers := map[string]string{"Idempotency-Key": "req-1", "X-Api-Key": "sk_live_secret"}
-	if status, body := c.send("POST", "http://"+c.public+"/hooks/audit", `{}`, headers); status != 202 {
-		t.Fatalf("audit: %d %v", status, body)
-	}
-	if status, body := c.send("POST", "http://"+c.public+"/hooks/billing", billing("req-2", "sub_1", 1), headers); status != 202 {
-		t.Fatalf("billing: %d %v", status, body)
-	}
-	if err := m.Close(context.Background()); err != nil { // flushes the recording
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
 	}
-	lines, err := replay.ReadFile(path)
-	if err != nil || len(lines) != 2 {
-		t.Fatalf("recording: %d lines, %v; want both deliveries in one file", len(lines), err)
-	}
-	for _, l := range lines {
-		for name, values := range l.Headers {
-			if strings.EqualFold(name, "X-Api-Key") && values[0] != replay.Redacted {
-				t.Errorf("line %d (%s): %s recorded as %q", l.N, l.Source, name, values[0])
+	for name, spelling := range map[string]string{
+		"dot-dot": dir + "/sub/../deliveries.jsonl", // filepath.Join would clean it
+		"symlink": filepath.Join(link, "deliveries.jsonl"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, down := newRecorder(t)
+			path := filepath.Join(dir, "deliveries.jsonl")
+			os.Remove(path)
+			config := strings.Replace(testConfig(t, t.TempDir(), down.URL, "127.0.0.1:0", "127.0.0.1:0"),
+				"request_id: header:Idempotency-Key\n",
+				fmt.Sprintf("request_id: header:Idempotency-Key\n    record: { path: %q, redact: [X-Api-Key] }\n", spelling), 1) +
+				fmt.Sprintf("record: { path: %q }\n", path)
+			m, c := startMain(t, config)
+			headers := map[string]string{"Idempotency-Key": "req-1", "X-Api-Key": "sk_live_secret"}
+			if status, body := c.send("POST", "http://"+c.public+"/hooks/audit", `{}`, headers); status != 202 {
+				t.Fatalf("audit: %d %v", status, body)
 			}
-		}
+			if status, body := c.send("POST", "http://"+c.public+"/hooks/billing", billing("req-2", "sub_1", 1), headers); status != 202 {
+				t.Fatalf("billing: %d %v", status, body)
+			}
+			if err := m.Close(context.Background()); err != nil { // flushes the recording
+				t.Fatal(err)
+			}
+			if n := len(m.recorders); n != 1 {
+				t.Errorf("%d recorders, want one for the one file", n)
+			}
+			lines, err := replay.ReadFile(path)
+			if err != nil || len(lines) != 2 {
+				t.Fatalf("recording: %d lines, %v; want both deliveries in one file", len(lines), err)
+			}
+			for _, l := range lines {
+				for name, values := range l.Headers {
+					if strings.EqualFold(name, "X-Api-Key") && values[0] != replay.Redacted {
+						t.Errorf("line %d (%s): %s recorded as %q", l.N, l.Source, name, values[0])
+					}
+				}
+			}
+		})
 	}
 }
 
