@@ -140,11 +140,14 @@ type Line struct {
 	Record
 }
 
-// Reader reads a recording line by line. Blank lines are skipped: a
-// recorder that failed mid-line starts the next line on a fresh one.
+// Reader reads a recording line by line. Blank lines are skipped, and so
+// are torn ones, which are not whole JSON: a write that failed, or a
+// machine that lost power, can leave part of a line, and the recorder
+// starts the next line on a fresh one.
 type Reader struct {
-	br *bufio.Reader
-	n  int
+	br   *bufio.Reader
+	n    int
+	torn []int
 }
 
 // NewReader returns a reader of the recording r.
@@ -167,6 +170,10 @@ func (r *Reader) Next() (Line, error) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
+		if !json.Valid(raw) {
+			r.torn = append(r.torn, r.n)
+			continue
+		}
 		rec, perr := ParseLine(raw)
 		if perr != nil {
 			return Line{}, fmt.Errorf("line %d: %w", r.n, perr)
@@ -175,22 +182,25 @@ func (r *Reader) Next() (Line, error) {
 	}
 }
 
-// ReadFile reads a whole recording.
-func ReadFile(path string) ([]Line, error) {
+// Torn returns the numbers of the torn lines skipped so far.
+func (r *Reader) Torn() []int { return r.torn }
+
+// ReadFile reads a whole recording, and returns the numbers of the torn
+// lines it skipped.
+func ReadFile(path string) (lines []Line, torn []int, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("read recording: %w", err)
+		return nil, nil, fmt.Errorf("read recording: %w", err)
 	}
 	defer f.Close()
-	var lines []Line
 	r := NewReader(f)
 	for {
 		l, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			return lines, nil
+			return lines, r.Torn(), nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read recording %s: %w", path, err)
+			return nil, nil, fmt.Errorf("read recording %s: %w", path, err)
 		}
 		lines = append(lines, l)
 	}

@@ -53,7 +53,7 @@ type FileRecorder struct {
 	line     []byte // one encoded line, reused
 	pending  uint64 // lines in buf since the last successful flush
 	failing  bool   // the last write or open failed; logged once until it recovers
-	torn     bool   // a failed write may have left part of a line in the file
+	torn     bool   // the file may end in part of a line (a failed write, a lost machine)
 	reported uint64 // dropped+failed when last logged
 	closeErr error
 }
@@ -134,9 +134,17 @@ func (r *FileRecorder) open() error {
 		return fmt.Errorf("record: create directory: %w", err)
 	}
 	// 0600: recordings hold request bodies, which may be personal data.
-	f, err := os.OpenFile(r.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(r.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("record: %w", err)
+	}
+	// A machine that lost power mid-write leaves part of a line: the next
+	// starts on a line of its own.
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, fi.Size()-1); err != nil || last[0] != '\n' {
+			r.torn = true
+		}
 	}
 	r.file = f
 	r.buf = bufio.NewWriterSize(f, 64<<10)
@@ -190,16 +198,22 @@ func (r *FileRecorder) write(rec Record) {
 	if rec.Body != "" && rec.BodyBase64 == "" {
 		rec.BodyBase64, rec.Body = base64.StdEncoding.EncodeToString([]byte(rec.Body)), ""
 	}
-	r.line = r.line[:0]
-	if r.torn {
-		r.line = append(r.line, '\n')
-	}
+	// The line starts with the newline that ends a torn one, if need be.
 	var err error
-	if r.line, err = appendRecord(r.line, &rec); err != nil {
+	if r.line, err = appendRecord(append(r.line[:0], '\n'), &rec); err != nil {
 		r.lose(fmt.Errorf("record: encode: %w", err), 1, false)
 		return
 	}
-	if _, err := r.buf.Write(r.line); err != nil {
+	// A line that does not fit in the buffer goes after a flush, not
+	// across one: a process killed between two writes leaves whole lines.
+	if r.buf.Buffered() > 0 && len(r.line) > r.buf.Available() {
+		r.flush()
+	}
+	line := r.line[1:]
+	if r.torn {
+		line = r.line
+	}
+	if _, err := r.buf.Write(line); err != nil {
 		r.lose(fmt.Errorf("record: write %s: %w", r.path, err), r.pending+1, true)
 		return
 	}

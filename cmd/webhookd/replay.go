@@ -52,9 +52,12 @@ Exits 1 when a line mismatched or got no usable answer.`,
 			if err != nil {
 				return err
 			}
-			lines, err := replay.ReadFile(file)
+			lines, torn, err := replay.ReadFile(file)
 			if err != nil {
 				return err
+			}
+			if len(torn) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "skipped %d torn line(s) of %s, cut short by a failed write or a lost machine: %v\n", len(torn), file, torn)
 			}
 			if len(lines) == 0 {
 				return fmt.Errorf("%s holds no deliveries", file)

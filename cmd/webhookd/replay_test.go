@@ -123,9 +123,9 @@ func TestShippedRecordingsReplay(t *testing.T) {
 			if err != nil {
 				t.Fatalf("replay: %v\n%s", err, out)
 			}
-			lines, err := replay.ReadFile(recordings + tc.file)
-			if err != nil {
-				t.Fatal(err)
+			lines, torn, err := replay.ReadFile(recordings + tc.file)
+			if err != nil || len(torn) > 0 {
+				t.Fatal(err, torn)
 			}
 			report := readReport(t, reportPath)
 			if report.Summary.Deliveries != len(lines) || report.Summary.Mismatches != 0 || len(report.Results) != len(lines) {
@@ -294,9 +294,9 @@ func TestGatewayRecordingReplaysOnAFreshGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lines, err := replay.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	lines, torn, err := replay.ReadFile(path)
+	if err != nil || len(torn) > 0 {
+		t.Fatal(err, torn)
 	}
 	var decisions []string
 	for _, l := range lines {
@@ -357,9 +357,9 @@ func TestSharedRecordingRedactsForEverySource(t *testing.T) {
 			if n := len(m.recorders); n != 1 {
 				t.Errorf("%d recorders, want one for the one file", n)
 			}
-			lines, err := replay.ReadFile(path)
-			if err != nil || len(lines) != 2 {
-				t.Fatalf("recording: %d lines, %v; want both deliveries in one file", len(lines), err)
+			lines, torn, err := replay.ReadFile(path)
+			if err != nil || len(lines) != 2 || len(torn) > 0 {
+				t.Fatalf("recording: %d lines, %d torn, %v; want both deliveries in one file", len(lines), len(torn), err)
 			}
 			for _, l := range lines {
 				for name, values := range l.Headers {
