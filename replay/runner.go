@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -65,10 +66,15 @@ func NewRunner(opts Options) (*Runner, error) {
 	if opts.Concurrency < 0 {
 		return nil, fmt.Errorf("concurrency: must be at least 1 (got %d)", opts.Concurrency)
 	}
-	if opts.Rate < 0 {
-		return nil, fmt.Errorf("rate: must not be negative (got %g)", opts.Rate)
+	// Below a delivery every 1,000 seconds, the schedule of a long
+	// recording would overflow a Duration.
+	if opts.Rate != 0 && !(opts.Rate >= 0.001 && opts.Rate <= math.MaxFloat64) {
+		return nil, fmt.Errorf("rate: must be at least 0.001 deliveries per second, and finite (got %g)", opts.Rate)
 	}
-	if opts.Timeout <= 0 {
+	switch {
+	case opts.Timeout < 0:
+		return nil, fmt.Errorf("timeout: must not be negative (got %s)", opts.Timeout)
+	case opts.Timeout == 0:
 		opts.Timeout = 30 * time.Second
 	}
 	if opts.Source != "" && opts.Config != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -354,6 +355,10 @@ func TestNewRunnerRefusesBadOptions(t *testing.T) {
 		{Target: "ftp://x"},
 		{Target: "http://x", Concurrency: -1},
 		{Target: "http://x", Rate: -5},
+		{Target: "http://x", Rate: math.NaN()},
+		{Target: "http://x", Rate: math.Inf(1)},
+		{Target: "http://x", Rate: 1e-300},
+		{Target: "http://x", Timeout: -time.Second},
 	} {
 		if _, err := NewRunner(opts); err == nil {
 			t.Errorf("%+v accepted", opts)

@@ -106,7 +106,7 @@ func parseRate(s string) (float64, error) {
 		return 0, nil
 	}
 	r, err := strconv.ParseFloat(strings.TrimSuffix(s, "/s"), 64)
-	if err != nil || r <= 0 {
+	if err != nil || !(r > 0) {
 		return 0, fmt.Errorf("rate: %q is not a positive number of deliveries per second, e.g. 50 or 50/s", s)
 	}
 	return r, nil
