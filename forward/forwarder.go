@@ -35,7 +35,8 @@ type Outbox interface {
 	// Body returns the body of an entry held without it.
 	Body(ctx context.Context, e Entry) ([]byte, error)
 	// Settle records what became of an entry, with its receipt, atomically.
-	// The entry must still be in the outbox.
+	// The entry must still be in the outbox. A dead letter keeps e.Body, the
+	// body sent, when the payload expired while the entry waited its turn.
 	Settle(ctx context.Context, e Entry, r Result) error
 	// Holds reports whether an entry is still in the outbox: a Settle that
 	// failed may have been recorded all the same.
@@ -400,8 +401,8 @@ func (f *Forwarder) do(j job, release func()) settled {
 	// An attempt is recorded before the lane moves on. One the store
 	// failed to record is recorded again, not sent again: a store that
 	// can read but not write would have the downstream get it without end.
-	record := func(r Result) settled {
-		if err := f.outbox.Settle(f.ctx, e, r); err != nil {
+	record := func(sent Entry, r Result) settled {
+		if err := f.outbox.Settle(f.ctx, sent, r); err != nil {
 			s.unsettled = &r
 			return storeFailed("settle forward attempt", err)
 		}
@@ -426,7 +427,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 			s.entries = j.entries[:1]
 			return s
 		case j.unsettled != nil:
-			return record(*j.unsettled)
+			return record(e, *j.unsettled)
 		}
 	}
 	if j.supersede {
@@ -470,7 +471,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 			return s
 		}
 	}
-	return record(r)
+	return record(full, r)
 }
 
 // attempt sends e once. ok is false when the attempt was abandoned because

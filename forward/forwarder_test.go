@@ -425,6 +425,41 @@ func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 	}
 }
 
+// An entry may wait in its lane behind older versions' retries for longer
+// than its payload lives. The body it is sent with is the body its dead
+// letter keeps, so that it can be retried.
+func TestDeadLetterKeepsTheBodySentAfterThePayloadExpired(t *testing.T) {
+	s := store.New(t.TempDir())
+	s.Logger = zaptest.NewLogger(t)
+	s.ReceiptTTL = 2 * time.Second
+	if err := s.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	down := newDownstream(t, func(*http.Request, int) int { return http.StatusServiceUnavailable })
+	r := route(down.URL)
+	// Retries take 0.8 s at most: within the TTL, as the configuration
+	// check asks. Eight versions queued behind each other take longer.
+	r.Timeout, r.Policy = 200*time.Millisecond, forward.RetryPolicy{MaxAttempts: 2, Initial: 400 * time.Millisecond, Max: 400 * time.Millisecond}
+	for v := 1; v <= 8; v++ {
+		accept(t, s, "billing", fmt.Sprintf("req-%d", v), "sub_1", v)
+	}
+	start(t, s, map[string]forward.Route{"billing": r})
+	eventually(t, "empty outbox", outboxEmpty(t, s))
+	dead, err := s.DeadLetters(ctx, "billing")
+	if err != nil || len(dead) != 8 {
+		t.Fatalf("dead letters = %+v, %v", dead, err)
+	}
+	for _, d := range dead {
+		if d.BodyLost {
+			t.Errorf("%s: dead-lettered with body_lost, though it was sent", d.RequestID)
+		}
+	}
+	if err := s.RetryDeadLetter(ctx, "billing", "req-8"); err != nil {
+		t.Errorf("retry the newest: %v", err)
+	}
+}
+
 func TestDownstreamDownPastMaxAttemptsThenRetried(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	// A port with nothing listening: connections are refused.

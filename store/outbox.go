@@ -244,6 +244,10 @@ func (s *Store) Body(ctx context.Context, e forward.Entry) ([]byte, error) {
 // may have been recorded all the same, it asks Holds before it sends or
 // settles that entry again. Rescheduling and dead-lettering read the entry
 // anyway, and do nothing when it is gone.
+//
+// A dead letter keeps the entry's body, from its payload key or, once that
+// expired (the entry waited in its lane behind older versions' retries),
+// from e.Body: the body the forwarder sent.
 func (s *Store) Settle(ctx context.Context, e forward.Entry, r forward.Result) error {
 	err := s.update(func(t *tx) error {
 		key := outboxKey(e.Seq)
@@ -272,6 +276,9 @@ func (s *Store) Settle(ctx context.Context, e forward.Entry, r forward.Result) e
 			cur, found, err := t.getEntry(key, true)
 			if err != nil || !found {
 				return err
+			}
+			if cur.Body == nil {
+				cur.Body = e.Body
 			}
 			cur.Attempts, cur.LastStatus, cur.LastError = r.Attempts, r.Status, r.Error
 			t.delete(key)
