@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -43,6 +44,9 @@ type Store struct {
 	committed chan struct{} // signalled after every commit, for adviseLogs
 	mu        sync.RWMutex  // guards closed against submitters racing Close
 	closed    bool
+	failure   atomic.Pointer[webhookd.Error] // the first failed commit's, answered from then on
+	failed    chan struct{}                  // closed with failure
+	failOnce  sync.Once
 	closing   chan struct{}
 	wg        sync.WaitGroup
 
@@ -50,7 +54,8 @@ type Store struct {
 	latest  *latestCache // owned by the writer goroutine
 	tail    tail         // outbox entries committed since Open, for Pending
 
-	memTableSize int64 // Badger's default when 0; tests shrink it to force batch splits
+	memTableSize int64                   // Badger's default when 0; tests shrink it to force batch splits
+	commitTxn    func(*badger.Txn) error // Txn.Commit; tests make it fail as a disk does
 }
 
 // New returns a store for the Badger directory path with default settings.
@@ -62,7 +67,9 @@ func New(path string) *Store {
 		GCInterval: DefaultGCInterval,
 		MaxBatch:   DefaultMaxBatch,
 		Logger:     zap.NewNop(),
+		commitTxn:  (*badger.Txn).Commit,
 		closing:    make(chan struct{}),
+		failed:     make(chan struct{}),
 		notify:     make(chan struct{}, 1),
 		committed:  make(chan struct{}, 1),
 	}
@@ -145,7 +152,27 @@ func (s *Store) Ready() error {
 	if s.closed || s.db == nil || s.db.IsClosed() {
 		return ErrClosed
 	}
+	if err := s.failure.Load(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// Failed is closed when a commit fails. Badger applies a batch to its
+// memtable before it syncs it, so after a failed sync it answers reads
+// with writes the disk may not have: a redelivery would be answered
+// "duplicate" from a receipt a crash could still lose. From then on the
+// store refuses every operation, and only opening it again, which reads
+// what the disk has, brings it back.
+func (s *Store) Failed() <-chan struct{} { return s.failed }
+
+// fail records the first failed commit. It runs in the writer, so it must
+// not take mu: a submitter blocked on a full queue holds it.
+func (s *Store) fail(err error) {
+	s.failOnce.Do(func() {
+		s.failure.Store(&webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: fmt.Sprintf("store failed to write, and takes nothing until it is opened again: %v", err)})
+		close(s.failed)
+	})
 }
 
 // op is one unit of work for the writer. stage reads through the batch's
@@ -164,6 +191,10 @@ func (s *Store) update(stage func(t *tx) error) error {
 	if s.closed || s.db == nil {
 		s.mu.RUnlock()
 		return ErrClosed
+	}
+	if err := s.failure.Load(); err != nil {
+		s.mu.RUnlock()
+		return err
 	}
 	s.ops <- o
 	s.mu.RUnlock()
@@ -223,6 +254,12 @@ func (s *Store) apply(ops []*op) {
 // commit stages ops in one transaction until one does not fit, commits the
 // ones that do, answers them and returns how many it answered.
 func (s *Store) commit(ops []*op) int {
+	if err := s.failure.Load(); err != nil { // ops queued before it failed
+		for _, o := range ops {
+			o.done <- err
+		}
+		return len(ops)
+	}
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
 	s.latest.discard() // what a split batch staged before it was split
@@ -249,9 +286,10 @@ func (s *Store) commit(ops []*op) int {
 		}
 		added = append(added, t.added...)
 	}
-	commitErr := txn.Commit()
+	commitErr := s.commitTxn(txn)
 	if commitErr != nil {
-		s.Logger.Error("commit batch", zap.Int("ops", len(ops)), zap.Error(commitErr))
+		s.Logger.Error("commit batch; the store takes nothing more until it is opened again", zap.Int("ops", len(ops)), zap.Error(commitErr))
+		s.fail(commitErr)
 		commitErr = unavailable(commitErr)
 		// Badger may have applied part of a failed commit: forget
 		// everything rather than keep a value it no longer has, and let

@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -500,6 +502,40 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 		if got := receiptOf(t, s, id).Forward.State; got != webhookd.ForwardPending {
 			t.Errorf("forward state of a new receipt under %s, an old request ID: %s, want pending", id, got)
 		}
+	}
+}
+
+// A commit whose sync fails may still be in Badger's memtable. The store
+// must not answer from it (a redelivery would get "duplicate" from a
+// receipt a crash can lose), so it takes nothing more until reopened.
+func TestFailedCommitStopsTheStore(t *testing.T) {
+	var fails atomic.Bool
+	fails.Store(true)
+	s := openStore(t, t.TempDir(), func(s *Store) {
+		s.commitTxn = func(txn *badger.Txn) error {
+			if err := txn.Commit(); err != nil || !fails.Load() {
+				return err
+			}
+			return errors.New("sync memtable log: input/output error")
+		}
+	})
+	if _, err := s.Decide(ctx, delivery("req-1", "d-1", `{}`)); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Fatalf("Decide with a failing sync: %v, want unavailable", err)
+	}
+	select {
+	case <-s.Failed():
+	default:
+		t.Error("Failed is not closed after a failed commit")
+	}
+	fails.Store(false)
+	if out, err := s.Decide(ctx, delivery("req-1", "d-2", `{}`)); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Errorf("redelivery after the failed commit: %+v, %v; want unavailable, not an answer from memory", out, err)
+	}
+	if _, err := s.Receipt(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Errorf("reading the receipt: %v, want unavailable", err)
+	}
+	if err := s.Ready(); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Errorf("Ready = %v, want unavailable", err)
 	}
 }
 

@@ -64,14 +64,21 @@ func newServeCommand() *cobra.Command {
 				m.Close(context.Background())
 				return err
 			}
-			<-ctx.Done()
+			var failed error
+			select {
+			case <-ctx.Done():
+			case <-m.Store.Failed():
+				// Only a fresh start reads back what the disk holds: exit, for
+				// the supervisor to start webhookd again.
+				failed = m.Store.Ready()
+			}
 			// A second signal takes the default action and ends the process at
 			// once, for an operator who will not wait for shutdown_timeout.
 			stop()
-			logger.Info("shutting down; a second signal stops at once", zap.Duration("timeout", cfg.ShutdownTimeout))
+			logger.Info("shutting down; a second signal stops at once", zap.Duration("timeout", cfg.ShutdownTimeout), zap.NamedError("store_failure", failed))
 			closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 			defer cancel()
-			return m.Close(closeCtx)
+			return errors.Join(failed, m.Close(closeCtx))
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", configs.DefaultPath, "configuration file (YAML)")
