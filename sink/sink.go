@@ -31,8 +31,10 @@ const maxBody = 32 << 20
 type Config struct {
 	Listen string // host:port; port 0 picks a free one
 	// Record, when set, appends every request to this file in the replay
-	// format.
+	// format, with Authorization and the headers named in Redact redacted:
+	// forwarding may carry configured credentials.
 	Record string
+	Redact []string
 	// FailFirst fails the first N requests of each Idempotency-Key with 503.
 	FailFirst int
 	// FailRate fails this share (0 to 1) of requests with 503, at random.
@@ -112,7 +114,7 @@ func NewServer(cfg Config, out io.Writer, logger *zap.Logger) (*Server, error) {
 		s.verifier = v
 	}
 	if cfg.Record != "" {
-		rec, err := replay.NewFileRecorder(cfg.Record, nil, logger)
+		rec, err := replay.NewFileRecorder(cfg.Record, cfg.Redact, logger)
 		if err != nil {
 			rec.Close()
 			return nil, err

@@ -233,8 +233,8 @@ func TestCompareVersions(t *testing.T) {
 
 func TestRecordsRequestsInReplayFormat(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sink.jsonl")
-	s, _ := start(t, Config{Record: path, FailFirst: 1})
-	forward(t, s, `{"a":1}`, map[string]string{"Idempotency-Key": "k", "Webhook-Source": "billing", "Authorization": "Bearer x"})
+	s, _ := start(t, Config{Record: path, Redact: []string{"X-Api-Key"}, FailFirst: 1})
+	forward(t, s, `{"a":1}`, map[string]string{"Idempotency-Key": "k", "Webhook-Source": "billing", "Authorization": "Bearer x", "X-Api-Key": "sk_live"})
 	forward(t, s, `{"a":1}`, map[string]string{"Idempotency-Key": "k", "Webhook-Source": "billing"})
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -248,7 +248,7 @@ func TestRecordsRequestsInReplayFormat(t *testing.T) {
 	}
 	l := lines[0]
 	body, _ := l.Payload()
-	if l.Source != "billing" || l.Path != "/billing" || string(body) != `{"a":1}` || l.Headers["Authorization"][0] != replay.Redacted {
+	if l.Source != "billing" || l.Path != "/billing" || string(body) != `{"a":1}` || l.Headers["Authorization"][0] != replay.Redacted || l.Headers["X-Api-Key"][0] != replay.Redacted {
 		t.Errorf("recorded %+v, body %q", l.Record, body)
 	}
 }

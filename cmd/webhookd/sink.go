@@ -50,6 +50,7 @@ GET /stats answers its counts as JSON.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9000", "address to listen on")
 	f.StringVar(&cfg.Record, "record", "", "append every request to this file (JSON Lines, the replay format)")
+	f.StringSliceVar(&cfg.Redact, "redact", nil, "headers written as REDACTED in the recording, besides Authorization (comma-separated)")
 	f.IntVar(&cfg.FailFirst, "fail-first", 0, "answer 503 to the first N requests of each Idempotency-Key")
 	f.Float64Var(&cfg.FailRate, "fail-rate", 0, "answer 503 to this share of requests, at random (0 to 1)")
 	f.IntVar(&cfg.Status, "status", 0, "answer this status to every request not failed otherwise (default 200)")
