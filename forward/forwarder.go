@@ -392,10 +392,12 @@ func (f *Forwarder) do(j job, release func()) settled {
 	now := f.now()
 	e := j.entries[0]
 	// Try the lane again after a pause rather than spin on a failing store.
-	storeFailed := func(what string, err error) settled {
+	// unsettled is an attempt still to record: it stays so until the store
+	// takes it.
+	storeFailed := func(what string, err error, unsettled *Result) settled {
 		f.Logger.Error(what, zap.String("request_id", e.RequestID), zap.Error(err))
 		e.NextAttemptAt = f.now().Add(max(j.route.Policy.Initial, time.Second))
-		s.retry, s.recheck = &e, true
+		s.retry, s.recheck, s.unsettled = &e, true, unsettled
 		return s
 	}
 	// An attempt is recorded before the lane moves on. One the store
@@ -403,8 +405,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 	// can read but not write would have the downstream get it without end.
 	record := func(sent Entry, r Result) settled {
 		if err := f.outbox.Settle(f.ctx, sent, r); err != nil {
-			s.unsettled = &r
-			return storeFailed("settle forward attempt", err)
+			return storeFailed("settle forward attempt", err, &r)
 		}
 		if r.State == webhookd.ForwardRetrying {
 			e.Attempts, e.NextAttemptAt, e.LastStatus, e.LastError = r.Attempts, r.NextAttemptAt, r.Status, r.Error
@@ -422,11 +423,13 @@ func (f *Forwarder) do(j job, release func()) settled {
 			s.keep = true
 			return s
 		case err != nil:
-			return storeFailed("check outbox entry", err)
+			return storeFailed("check outbox entry", err, j.unsettled)
 		case !held:
 			s.entries = j.entries[:1]
 			return s
 		case j.unsettled != nil:
+			// Only the head was sent; a supersede job's others wait.
+			s.entries = j.entries[:1]
 			return record(e, *j.unsettled)
 		}
 	}
@@ -435,7 +438,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 		for _, old := range j.entries {
 			r := Result{State: webhookd.ForwardSuperseded, Attempts: old.Attempts, At: now}
 			if err := f.outbox.Settle(f.ctx, old, r); err != nil {
-				return storeFailed("settle superseded entry", err)
+				return storeFailed("settle superseded entry", err, nil)
 			}
 		}
 		return s
@@ -453,7 +456,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 		case errors.Is(err, ErrPayloadGone):
 			gone = true
 		case err != nil:
-			return storeFailed("read outbox entry", err)
+			return storeFailed("read outbox entry", err, nil)
 		}
 	}
 	var r Result

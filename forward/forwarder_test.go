@@ -374,6 +374,58 @@ func TestSettleThatFailedIsNotSentAgain(t *testing.T) {
 	}
 }
 
+// An attempt still to record is recorded whatever else fails first, and
+// alone: a supersede job that finds its head unrecorded leaves the older
+// versions behind it for the next job, which supersedes them.
+func TestUnsettledAttemptIsRecordedAlone(t *testing.T) {
+	for _, holdsFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("holds fails=%v", holdsFails), func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			down := newDownstream(t, nil)
+			r := route(down.URL)
+			r.Supersede = true
+			o := &settleThenHoldsFail{settleFailsOnce: settleFailsOnce{Store: s}}
+			o.holdsFailed.Store(!holdsFails)
+			f := forward.New(o, map[string]forward.Route{"billing": r}, zaptest.NewLogger(t))
+			if err := f.Open(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close(ctx) })
+			accept(t, s, "billing", "req-1", "sub_1", 1)
+			eventually(t, "a Settle that fails", o.failed.Load)
+			accept(t, s, "billing", "req-2", "sub_1", 2) // during the pause
+			accept(t, s, "billing", "req-3", "sub_1", 3)
+			eventually(t, "empty outbox", outboxEmpty(t, s))
+			var keys []string
+			for _, a := range down.all() {
+				keys = append(keys, a.header.Get("Idempotency-Key"))
+			}
+			if !slices.Equal(keys, []string{"req-1", "req-3"}) {
+				t.Errorf("downstream got %v, want req-1 once, then req-3", keys)
+			}
+			for id, want := range map[string]webhookd.ForwardState{"req-1": webhookd.ForwardDelivered, "req-2": webhookd.ForwardSuperseded, "req-3": webhookd.ForwardDelivered} {
+				if got := receipt(t, s, "billing", id).Forward; got.State != want {
+					t.Errorf("%s: %+v, want %s", id, got, want)
+				}
+			}
+		})
+	}
+}
+
+// settleThenHoldsFail fails its first Settle, and then its first Holds
+// unless holdsFailed starts true.
+type settleThenHoldsFail struct {
+	settleFailsOnce
+	holdsFailed atomic.Bool
+}
+
+func (o *settleThenHoldsFail) Holds(ctx context.Context, e forward.Entry) (bool, error) {
+	if o.holdsFailed.CompareAndSwap(false, true) {
+		return false, errors.New("read: input/output error")
+	}
+	return o.Store.Holds(ctx, e)
+}
+
 func TestRetryAfterIsHonoured(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, func(_ *http.Request, n int) int {
