@@ -84,9 +84,11 @@ func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFunc
 		return nil, fmt.Errorf("proxy for %s: %w", u.Redacted(), err)
 	}
 	if proxy == nil {
-		return func(addr string, timeout time.Duration) (net.Conn, error) {
-			d := net.Dialer{Timeout: timeout}
-			return d.DialContext(f.ctx, "tcp", addr)
+		return func(addr string, d time.Duration) (net.Conn, error) {
+			ctx, cancel := f.dialContext(d, timeout)
+			defer cancel()
+			var dialer net.Dialer
+			return dialer.DialContext(ctx, "tcp", addr)
 		}, nil
 	}
 	switch proxy.Scheme {
@@ -94,8 +96,8 @@ func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFunc
 	// Close bound the handshake too: a proxy that accepts and never answers
 	// would otherwise hold the attempt, or shutdown, for longer.
 	case "http":
-		return func(addr string, timeout time.Duration) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(f.ctx, timeout)
+		return func(addr string, d time.Duration) (net.Conn, error) {
+			ctx, cancel := f.dialContext(d, timeout)
 			defer cancel()
 			return connectThrough(ctx, proxy, addr)
 		}, nil
@@ -105,13 +107,23 @@ func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFunc
 			return nil, fmt.Errorf("proxy %s for %s: %w", proxy.Redacted(), u.Redacted(), err)
 		}
 		socks := d.(xproxy.ContextDialer)
-		return func(addr string, timeout time.Duration) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(f.ctx, timeout)
+		return func(addr string, d time.Duration) (net.Conn, error) {
+			ctx, cancel := f.dialContext(d, timeout)
 			defer cancel()
 			return socks.DialContext(ctx, "tcp", addr)
 		}, nil
 	}
 	return nil, fmt.Errorf("proxy %s for %s: scheme %q is not supported (http, socks5)", proxy.Redacted(), u.Redacted(), proxy.Scheme)
+}
+
+// dialContext bounds a dial by what fasthttp has left of the request's
+// time, d, or by the route's timeout where it passes none (0, as it does
+// for a request that waited for a free connection).
+func (f *Forwarder) dialContext(d, route time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		d = route
+	}
+	return context.WithTimeout(f.ctx, d)
 }
 
 // connectThrough opens a tunnel to addr through the HTTP proxy (CONNECT),
