@@ -141,9 +141,9 @@ type Line struct {
 }
 
 // Reader reads a recording line by line. Blank lines are skipped, and so
-// are torn ones, which are not whole JSON: a write that failed, or a
-// machine that lost power, can leave part of a line, and the recorder
-// starts the next line on a fresh one.
+// are torn ones: a write that failed, or a machine that lost power, can
+// leave the start of a line (or zeroes), and the recorder starts the next
+// line on a fresh one. Any other line that does not parse is an error.
 type Reader struct {
 	br   *bufio.Reader
 	n    int
@@ -170,7 +170,7 @@ func (r *Reader) Next() (Line, error) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		if !json.Valid(raw) {
+		if torn(raw) {
 			r.torn = append(r.torn, r.n)
 			continue
 		}
@@ -180,6 +180,16 @@ func (r *Reader) Next() (Line, error) {
 		}
 		return Line{N: r.n, Record: rec}, nil
 	}
+}
+
+// torn reports whether raw is the start of a JSON value cut short, or
+// holds the NUL bytes a file system leaves where a write never landed.
+func torn(raw []byte) bool {
+	if bytes.IndexByte(raw, 0) >= 0 {
+		return true
+	}
+	var v json.RawMessage
+	return errors.Is(json.NewDecoder(bytes.NewReader(bytes.TrimRight(raw, "\r\n"))).Decode(&v), io.ErrUnexpectedEOF)
 }
 
 // Torn returns the numbers of the torn lines skipped so far.

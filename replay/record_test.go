@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -186,3 +189,31 @@ var errBroken = errors.New("broken")
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errBroken }
+
+// Only the start of a line cut short, or zeroes where a write never landed,
+// is skipped as torn; any other line that does not parse is reported.
+func TestTornLinesAndMalformedOnes(t *testing.T) {
+	good := `{"path":"/hooks/billing","body":"{}"}`
+	for line, torn := range map[string]bool{
+		`{"path":"/hooks/billing","bo`:                             true,
+		`{"path":"/hooks/bil`:                                      true,
+		"\x00\x00\x00\x00":                                         true,
+		`{"path":"/hooks/billing"` + "\x00":                        true,
+		`{"path":"/hooks/billing","body":"{}",}`:                   false, // a trailing comma
+		`{'path':'/hooks/billing'}`:                                false,
+		`{"path":"/hooks/billing","body":"{}"}{"path":"/hooks/x"}`: false,
+		`{"path":"/hooks/billing","decison":"accepted"}`:           false,
+	} {
+		path := filepath.Join(t.TempDir(), "r.jsonl")
+		if err := os.WriteFile(path, []byte(good+"\n"+line+"\n"+good+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		lines, skipped, err := ReadFile(path)
+		switch {
+		case torn && (err != nil || len(lines) != 2 || !slices.Equal(skipped, []int{2})):
+			t.Errorf("%q: %d lines, skipped %v, %v; want it skipped as torn", line, len(lines), skipped, err)
+		case !torn && (err == nil || !strings.Contains(err.Error(), "line 2")):
+			t.Errorf("%q: %d lines, skipped %v, %v; want an error naming line 2", line, len(lines), skipped, err)
+		}
+	}
+}

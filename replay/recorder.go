@@ -134,21 +134,36 @@ func (r *FileRecorder) open() error {
 		return fmt.Errorf("record: create directory: %w", err)
 	}
 	// 0600: recordings hold request bodies, which may be personal data.
-	f, err := os.OpenFile(r.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(r.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
-	// A machine that lost power mid-write leaves part of a line: the next
-	// starts on a line of its own.
-	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
-		last := make([]byte, 1)
-		if _, err := f.ReadAt(last, fi.Size()-1); err != nil || last[0] != '\n' {
-			r.torn = true
-		}
-	}
 	r.file = f
+	r.torn = !endsLine(r.path)
 	r.buf = bufio.NewWriterSize(f, 64<<10)
 	return nil
+}
+
+// endsLine reports whether the file at path is empty or ends a line. A
+// machine that lost power mid-write leaves part of one, and the next line
+// must start on its own; a file it may not read is taken as such, which
+// costs a blank line at most.
+func endsLine(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	if fi.Size() == 0 {
+		return true
+	}
+	last := make([]byte, 1)
+	_, err = f.ReadAt(last, fi.Size()-1)
+	return err == nil && last[0] == '\n'
 }
 
 func (r *FileRecorder) run() {
