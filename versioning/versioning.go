@@ -67,6 +67,10 @@ func parseTimestamp(raw string) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: %q is not an RFC 3339 timestamp", ErrInvalid, raw)
 	}
+	// Go also takes a comma before the fraction, which RFC 3339 does not.
+	if strings.IndexByte(raw, ',') >= 0 {
+		return 0, fmt.Errorf("%w: %q is not an RFC 3339 timestamp", ErrInvalid, raw)
+	}
 	// Go drops digits past the nanosecond, which would make two different
 	// times one order key and the later one stale: refuse what cannot be ordered.
 	if fraction(raw) > 9 {

@@ -61,7 +61,9 @@ func TestParseTimestampKeepsOrder(t *testing.T) {
 	}
 	for _, bad := range []string{"", "2026-11-30", "yesterday", "1600-01-01T00:00:00Z", "1700000000",
 		// Go would round these two to one key, and the later would be stale.
-		"2026-11-30T10:00:00.0000000001Z", "2026-11-30T10:00:00.0000000002Z"} {
+		"2026-11-30T10:00:00.0000000001Z", "2026-11-30T10:00:00.0000000002Z",
+		"2026-11-30T10:00:00,5Z", // Go's comma, not RFC 3339's
+	} {
 		if _, err := Parse(Timestamp, bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Parse(%q) err = %v, want ErrInvalid", bad, err)
 		}
