@@ -27,14 +27,23 @@ type Error struct {
 	// Reason, when set, is a stable machine-readable detail of Code, such
 	// as which signature check failed.
 	Reason string
+	// Err, when set, is the cause, for the log only: it may name files and
+	// system errors that a caller must not see.
+	Err error
 }
 
 func (e *Error) Error() string {
+	msg := e.Message
 	if e.Field != "" {
-		return fmt.Sprintf("webhookd: %s: %s: %s", e.Code, e.Field, e.Message)
+		msg = e.Field + ": " + msg
 	}
-	return fmt.Sprintf("webhookd: %s: %s", e.Code, e.Message)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return fmt.Sprintf("webhookd: %s: %s", e.Code, msg)
 }
+
+func (e *Error) Unwrap() error { return e.Err }
 
 // Errorf returns an *Error with a formatted message.
 func Errorf(code, format string, args ...any) *Error {

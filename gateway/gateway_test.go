@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -380,6 +381,22 @@ func TestStorageUnavailableIs503(t *testing.T) {
 	if r := f.do(httptest.NewRequest(http.MethodGet, "/healthz", nil)); r.status != 200 {
 		t.Errorf("healthz: %d", r.status)
 	}
+}
+
+// A store's error may name its files and the system's error: the caller
+// gets the message, the log gets the cause.
+func TestUnavailableHidesItsCause(t *testing.T) {
+	f := newFixture(t, func(d Decider) Decider { return failing{d} })
+	r := f.post("billing", billing("r1", "s", 1))
+	if r.status != 503 || r.body["error"] != "storage unavailable" {
+		t.Errorf("got %d %v, want 503 saying only that storage is unavailable", r.status, r.body)
+	}
+}
+
+type failing struct{ Decider }
+
+func (failing) Decide(context.Context, webhookd.Delivery) (webhookd.Outcome, error) {
+	return webhookd.Outcome{}, &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "storage unavailable", Err: errors.New("sync /var/lib/webhookd/000001.vlog: no space left on device")}
 }
 
 func TestNotReadyWhileShuttingDown(t *testing.T) {

@@ -109,7 +109,7 @@ func (s *Store) Open() error {
 	}
 	db, err := openBadger(opts)
 	if err != nil {
-		return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: fmt.Sprintf("open store %s: %v", s.Path, err)}
+		return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "open store " + s.Path, Err: err}
 	}
 	s.db = db
 	if s.nextSeq, err = s.lastSeq(); err != nil {
@@ -170,7 +170,7 @@ func (s *Store) Failed() <-chan struct{} { return s.failed }
 // not take mu: a submitter blocked on a full queue holds it.
 func (s *Store) fail(err error) {
 	s.failOnce.Do(func() {
-		s.failure.Store(&webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: fmt.Sprintf("store failed to write, and takes nothing until it is opened again: %v", err)})
+		s.failure.Store(&webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "store failed to write, and takes nothing until webhookd starts again", Err: err})
 		close(s.failed)
 	})
 }
@@ -497,7 +497,7 @@ func unavailable(err error) error {
 	if errors.As(err, &e) {
 		return err
 	}
-	return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "storage unavailable: " + err.Error()}
+	return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "storage unavailable", Err: err}
 }
 
 // badgerLogger sends Badger's logs to zap. Badger's info lines describe its

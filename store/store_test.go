@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -516,11 +517,16 @@ func TestFailedCommitStopsTheStore(t *testing.T) {
 			if err := txn.Commit(); err != nil || !fails.Load() {
 				return err
 			}
-			return errors.New("sync memtable log: input/output error")
+			return errors.New("sync /data/webhookd/00001.mem: input/output error")
 		}
 	})
-	if _, err := s.Decide(ctx, delivery("req-1", "d-1", `{}`)); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+	_, err := s.Decide(ctx, delivery("req-1", "d-1", `{}`))
+	if webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
 		t.Fatalf("Decide with a failing sync: %v, want unavailable", err)
+	}
+	// The cause names files: it is for the log, not for the caller.
+	if msg := webhookd.ErrorMessage(err); strings.Contains(msg, "00001.mem") || !strings.Contains(err.Error(), "00001.mem") {
+		t.Errorf("caller's message %q, logged error %q: want the cause in the log only", msg, err)
 	}
 	select {
 	case <-s.Failed():
