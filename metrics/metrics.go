@@ -117,9 +117,10 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	g.perSource(ch, pendingDesc, g.OutboxPending())
-	if dead, err := g.DeadLetters(); err != nil {
-		ch <- prometheus.NewInvalidMetric(deadDesc, err)
-	} else {
+	// Without the store the gauge is left out: an invalid metric would make
+	// the whole scrape a 500, counters included, just when
+	// rejections_total{reason="unavailable"} is what an alert needs.
+	if dead, err := g.DeadLetters(); err == nil {
 		g.perSource(ch, deadDesc, dead)
 	}
 	lsm, vlog := g.StoreSizes()

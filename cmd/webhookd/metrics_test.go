@@ -69,4 +69,18 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
+
+	// Without its store, webhookd still answers a scrape, with the
+	// counters that tell of it.
+	m.Store.Close()
+	c.post("billing", billing("r3", "o1", 5))
+	resp, err = http.Get("http://" + c.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ = io.ReadAll(resp.Body)
+	if want := `webhookd_rejections_total{reason="unavailable",source="billing"} 1`; resp.StatusCode != 200 || !strings.Contains(string(raw), want+"\n") {
+		t.Errorf("/metrics without a store: %d, want 200 with %q in\n%s", resp.StatusCode, want, raw)
+	}
 }
