@@ -14,6 +14,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/gofiber/fiber/v2/utils"
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
@@ -221,11 +222,13 @@ var statuses = map[string]int{
 }
 
 // errorStatus returns the HTTP status and the caller-safe body of err.
-// Fiber's own errors (no route, body too large) keep their status.
+// Fiber's own errors (no route, body too large, a request fasthttp could
+// not parse) keep their status and say only its name: a parse error's
+// text quotes the request's bytes, credentials included.
 func errorStatus(err error) (int, fiber.Map) {
 	var fe *fiber.Error
 	if errors.As(err, &fe) {
-		return fe.Code, fiber.Map{"error": strings.ToLower(fe.Message)}
+		return fe.Code, fiber.Map{"error": strings.ToLower(utils.StatusMessage(fe.Code))}
 	}
 	body := fiber.Map{"error": webhookd.ErrorMessage(err)}
 	if f := webhookd.ErrorField(err); f != "" {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -539,6 +540,31 @@ func TestShutdownDoesNotWaitForSilentConnections(t *testing.T) {
 	defer cancel()
 	if err := f.server.Shutdown(ctx); err != nil {
 		t.Errorf("shutdown with a silent connection open: %v", err)
+	}
+}
+
+// A request fasthttp cannot parse is answered with its status's name: the
+// parser's message quotes the request's bytes, credentials included.
+func TestUnparsableRequestIsNotEchoed(t *testing.T) {
+	f := newFixture(t, nil)
+	f.server.publicAddr, f.server.adminAd = "127.0.0.1:0", "127.0.0.1:0"
+	if err := f.server.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.server.Shutdown(context.Background()) })
+	conn, err := net.Dial("tcp", f.server.PublicAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "POST /hooks/billing HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\nTransfer-Encoding: gzip\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 400 || strings.Contains(string(body), "s3cret") {
+		t.Errorf("got %d %s, want 400 without the request's bytes", resp.StatusCode, body)
 	}
 }
 
