@@ -173,7 +173,7 @@ func Parse(data []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(expanded))
 	dec.KnownFields(true)                                              // a misspelt field must not silently fall back to its default
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) { // an empty file means all defaults
-		return nil, fmt.Errorf("parse yaml: %w", err)
+		return nil, fmt.Errorf("parse yaml: %w", withoutValues(err))
 	}
 	for i := range cfg.Sources {
 		cfg.Sources[i].setDefaults()
@@ -311,6 +311,25 @@ func (c *Config) Validate() error {
 		return &ValidationError{Problems: problems}
 	}
 	return nil
+}
+
+// quotedValue is how yaml quotes a value in a type error: the start of it,
+// which may be a secret expanded from the environment.
+var quotedValue = regexp.MustCompile("`[^`]*`")
+
+// withoutValues drops the values that yaml's type errors quote: the
+// message still names the line and the types, and goes to logs and CI
+// output where a secret must not.
+func withoutValues(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	lines := make([]string, len(te.Errors))
+	for i, e := range te.Errors {
+		lines[i] = quotedValue.ReplaceAllString(e, "a value")
+	}
+	return errors.New("yaml: unmarshal errors:\n  " + strings.Join(lines, "\n  "))
 }
 
 // ValidationError lists every problem found in a configuration.

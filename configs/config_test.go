@@ -151,6 +151,22 @@ func TestReceiptsOutliveTheReplayWindow(t *testing.T) {
 	}
 }
 
+// A value of the wrong type is named by its line, not quoted: it may be a
+// secret expanded from the environment.
+func TestTypeErrorsDoNotQuoteValues(t *testing.T) {
+	t.Setenv("WEBHOOKD_TEST_SECRET", "whsec-live-0123456789")
+	t.Setenv("WEBHOOKD_TEST_TOKEN", "tok-123456")
+	for secret, field := range map[string]string{
+		"whsec-l":    `verify: { scheme: stripe, secrets: "${WEBHOOKD_TEST_SECRET}" }`,
+		"tok-123456": `forward: { url: "http://127.0.0.1:9/", headers: "${WEBHOOKD_TEST_TOKEN}" }`,
+	} {
+		_, err := Parse([]byte("sources:\n  - name: a\n    request_id: json:id\n    " + field + "\n"))
+		if err == nil || !strings.Contains(err.Error(), "cannot unmarshal") || strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: err = %v, want the type error without the value", field, err)
+		}
+	}
+}
+
 func TestLoadNamesTheFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(path, []byte("sources: []"), 0o600)
