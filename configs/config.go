@@ -313,13 +313,17 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// quotedValue is how yaml quotes a value in a type error: the start of it,
-// which may be a secret expanded from the environment.
-var quotedValue = regexp.MustCompile("`[^`]*`")
+// quotedValue is how yaml quotes a value in a type error: the start of it.
+// Where a list or a map was expected, that may be a secret expanded from
+// the environment (secrets, forward.headers); a number is named.
+var (
+	quotedValue   = regexp.MustCompile("`[^`]*`")
+	intoContainer = regexp.MustCompile(` into (\[\]|map\[|\*?configs\.)`)
+)
 
-// withoutValues drops the values that yaml's type errors quote: the
-// message still names the line and the types, and goes to logs and CI
-// output where a secret must not.
+// withoutValues drops the values that yaml's type errors quote where a
+// list, a map or a section was expected: the message still names the line
+// and the types, and goes to logs and CI output where a secret must not.
 func withoutValues(err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
@@ -327,7 +331,10 @@ func withoutValues(err error) error {
 	}
 	lines := make([]string, len(te.Errors))
 	for i, e := range te.Errors {
-		lines[i] = quotedValue.ReplaceAllString(e, "a value")
+		lines[i] = e
+		if intoContainer.MatchString(e) {
+			lines[i] = quotedValue.ReplaceAllString(e, "a value")
+		}
 	}
 	return errors.New("yaml: unmarshal errors:\n  " + strings.Join(lines, "\n  "))
 }
