@@ -2,7 +2,9 @@ package configs
 
 import (
 	"maps"
+	"net/url"
 	"slices"
+	"strings"
 )
 
 // MaskedSecret is what a secret reads as in a masked configuration. It is
@@ -39,6 +41,7 @@ func (s Source) masked() Source {
 	}
 	if s.Forward != nil {
 		f := *s.Forward
+		f.URL = maskURL(f.URL)
 		f.PassHeaders = slices.Clone(f.PassHeaders)
 		f.Headers = maps.Clone(f.Headers)
 		for k, v := range f.Headers {
@@ -61,6 +64,19 @@ func (r *Record) clone() *Record {
 	c := *r
 	c.Redact = slices.Clone(r.Redact)
 	return &c
+}
+
+// maskURL hides the password a URL may carry in its user information.
+func maskURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); !ok {
+		return raw
+	}
+	// Redacted writes "xxxxx" for it; url would escape MaskedSecret.
+	return strings.Replace(u.Redacted(), ":xxxxx@", ":"+MaskedSecret+"@", 1)
 }
 
 func mask(secret string) string {

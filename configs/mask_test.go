@@ -17,6 +17,7 @@ const (
 	testSignSecret  = "whsec_c2lnbmluZy1zZWNyZXQtZm9yLXRlc3Rz"
 	testBearer      = "Bearer downstream-credential-5e0b"
 	testHeaderValue = "tenant-key-d41d"
+	testURLPassword = "url-password-a9e4"
 )
 
 // fullConfig sets every optional section, so that the deep-copy check below
@@ -34,7 +35,7 @@ sources:
     fingerprint_exclude: [sent_at]
     responses: { stale: 409 }
     forward:
-      url: http://127.0.0.1:9000/gh
+      url: http://hooks:` + testURLPassword + `@127.0.0.1:9000/gh
       headers: { Authorization: "` + testBearer + `", X-Tenant-Key: "` + testHeaderValue + `", X-Empty: "" }
       pass_headers: [X-GitHub-Event]
       sign: { secret: "` + testSignSecret + `" }
@@ -71,14 +72,17 @@ func TestMaskedHidesEverySecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{testAdminToken, testVerifyOld, testVerifyNew, testSignSecret, testBearer, "Bearer", testHeaderValue} {
+	if want := "http://hooks:****@127.0.0.1:9000/gh"; gh.Forward.URL != want {
+		t.Errorf("forward.url = %q, want %q", gh.Forward.URL, want)
+	}
+	for _, secret := range []string{testAdminToken, testVerifyOld, testVerifyNew, testSignSecret, testBearer, "Bearer", testHeaderValue, testURLPassword} {
 		if strings.Contains(string(out), secret) {
 			t.Errorf("masked configuration shows %q:\n%s", secret, out)
 		}
 	}
 
 	// Everything that is not a secret is kept.
-	if m.Listen != cfg.Listen || m.ReceiptTTL != cfg.ReceiptTTL || gh.Forward.URL != cfg.Sources[0].Forward.URL ||
+	if m.Listen != cfg.Listen || m.ReceiptTTL != cfg.ReceiptTTL ||
 		gh.Verify.Scheme != "github" || gh.RequestID != "header:X-GitHub-Delivery" || m.Record.Path != "/tmp/rec" ||
 		!reflect.DeepEqual(gh.Forward.PassHeaders, []string{"X-GitHub-Event"}) || gh.Responses["stale"] != 409 {
 		t.Errorf("masking changed more than the secrets: %+v", m)
