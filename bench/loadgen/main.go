@@ -5,7 +5,7 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -53,18 +53,31 @@ func main() {
 	// free to send it: a stalled server holds up the requests queued behind
 	// it too, and timing from the send would hide that.
 	start := time.Now()
+	// Requests still in flight ten seconds past the end are abandoned.
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(*duration+10*time.Second))
+	defer cancel()
 	due := func(i int) time.Time { return start.Add(time.Duration(float64(i) / *rate * float64(time.Second))) }
-	var ok2xx, other, failed atomic.Int64
+	var ok2xx, other, failed, unsent atomic.Int64
+	var ended atomic.Bool
 	latencies := make([][]time.Duration, *conns)
 	var wg sync.WaitGroup
 	for w := range *conns {
 		wg.Go(func() {
 			for i := range jobs {
+				if ended.Load() {
+					unsent.Add(1)
+					continue
+				}
 				head := fmt.Sprintf(`{"request_id":"%s-%d","sent_at":"2026-01-01T00:00:00Z","type":"subscription.updated","data":{"id":"%s-r-%d","version":%d,"note":"`,
 					*prefix, i, *prefix, i%resources, i)
 				at := i * 7919 % (len(pad) - 1024)
 				body := head + pad[at:at+1024-len(head)-3] + `"}}`
-				resp, err := client.Post(*url, "application/json", bytes.NewBufferString(body))
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, *url, strings.NewReader(body))
+				if err != nil {
+					panic(err) // a fixed URL and method: cannot fail
+				}
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
 				if err == nil {
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
@@ -87,23 +100,29 @@ func main() {
 	// Release requests on schedule; "behind" counts the requests the
 	// schedule had to wait for because the queue (a second of requests)
 	// was full.
+	// Nothing is released after the end, and what is still queued then is
+	// dropped (counted as unsent): a stalled server must not hold the run
+	// for the requests it fell behind by.
+	end := time.NewTimer(*duration)
 	sent, behind := 0, 0
-	for {
-		elapsed := time.Since(start)
-		if elapsed >= *duration {
-			break
-		}
-		for due := int(elapsed.Seconds() * *rate); sent < due; {
-			sent++
+release:
+	for time.Since(start) < *duration {
+		for due := int(time.Since(start).Seconds() * *rate); sent < due; sent++ {
 			select {
-			case jobs <- sent:
+			case jobs <- sent + 1:
+				continue
 			default:
 				behind++
-				jobs <- sent
+			}
+			select {
+			case jobs <- sent + 1:
+			case <-end.C:
+				break release
 			}
 		}
 		time.Sleep(time.Millisecond)
 	}
+	ended.Store(true)
 	close(jobs)
 	wg.Wait()
 	took := time.Since(start)
@@ -119,7 +138,7 @@ func main() {
 		}
 		return all[min(len(all)-1, int(p*float64(len(all))))]
 	}
-	fmt.Printf("LOADGEN target_rate=%.0f scheduled=%d done=%d achieved_rate=%.0f 2xx=%d non2xx=%d errors=%d behind=%d p50=%v p99=%v p99.9=%v max=%v (from each request's due time)\n",
-		*rate, sent, len(all), float64(len(all))/took.Seconds(), ok2xx.Load(), other.Load(), failed.Load(), behind,
+	fmt.Printf("LOADGEN target_rate=%.0f scheduled=%d done=%d unsent=%d achieved_rate=%.0f 2xx=%d non2xx=%d errors=%d behind=%d p50=%v p99=%v p99.9=%v max=%v (from each request's due time)\n",
+		*rate, sent, len(all), unsent.Load(), float64(len(all))/took.Seconds(), ok2xx.Load(), other.Load(), failed.Load(), behind,
 		pct(0.50), pct(0.99), pct(0.999), pct(1))
 }
