@@ -50,6 +50,9 @@ CEILING_URL=http://$HOST:$CEILING_PORT/hooks/bench
 METRICS_URL=http://$HOST:$ADMIN_PORT/metrics
 COUNT_URL=http://$HOST:$DOWN_PORT/count
 
+# A relative --workdir is the caller's, not the repository's: resolved
+# before the cd below.
+[ -z "$WORK" ] || WORK=$(realpath -m -- "$WORK")
 cd "$(dirname "$0")/.."
 [ -n "$WORK" ] || WORK=$(mktemp -d /tmp/webhookd-bench.XXXXXX)
 mkdir -p "$WORK/bin"
