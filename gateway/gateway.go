@@ -149,6 +149,10 @@ func (s *Server) newApp(bodyLimit int) *fiber.App {
 		EnableStackTrace: true,
 		StackTraceHandler: func(c *fiber.Ctx, e any) {
 			s.logger.Error("panic in handler", zap.String("path", c.Path()), zap.Any("panic", e), zap.Stack("stack"))
+			// The handler that would have counted the delivery did not return.
+			if source, ok := strings.CutPrefix(c.Path(), "/hooks/"); ok {
+				s.Metrics.Rejected(s.sourceLabel(source), "internal")
+			}
 		},
 	}))
 	return app

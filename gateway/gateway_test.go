@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -412,6 +413,19 @@ func TestNotReadyWhileShuttingDown(t *testing.T) {
 }
 
 // panicky is a Decider that fails the way a bug would.
+// rejections records the rejections a gateway counts.
+type rejections struct {
+	nopMetrics
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *rejections) Rejected(source, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, source+"/"+reason)
+}
+
 type panicky struct{ Decider }
 
 func (p panicky) Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error) {
@@ -423,8 +437,13 @@ func (p panicky) Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outc
 
 func TestPanicIs500AndTheServerLivesOn(t *testing.T) {
 	f := newFixture(t, func(d Decider) Decider { return panicky{d} })
+	m := &rejections{}
+	f.server.Metrics = m
 	if r := f.post("billing", billing("boom", "s", 1)); r.status != 500 || r.body["error"] == "" {
 		t.Errorf("panic: %d %v", r.status, r.body)
+	}
+	if !slices.Equal(m.got, []string{"billing/internal"}) {
+		t.Errorf("rejections counted: %v, want the panic as billing/internal", m.got)
 	}
 	expect(t, f.post("billing", billing("fine", "s", 1)), 202, "accepted")
 }
