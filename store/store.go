@@ -209,6 +209,11 @@ func (s *Store) view(fn func(txn *badger.Txn) error) error {
 	if err := s.db.View(fn); err != nil {
 		return unavailable(err)
 	}
+	// A commit that failed while fn read may have shown it writes the disk
+	// lacks.
+	if err := s.failure.Load(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -288,8 +293,8 @@ func (s *Store) commit(ops []*op) int {
 	}
 	commitErr := s.commitTxn(txn)
 	if commitErr != nil {
+		s.fail(commitErr) // first: reads must stop before anything can block
 		s.Logger.Error("commit batch; the store takes nothing more until it is opened again", zap.Int("ops", len(ops)), zap.Error(commitErr))
-		s.fail(commitErr)
 		commitErr = unavailable(commitErr)
 		// Badger may have applied part of a failed commit: forget
 		// everything rather than keep a value it no longer has, and let

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd"
@@ -542,6 +544,41 @@ func TestFailedCommitStopsTheStore(t *testing.T) {
 	}
 	if err := s.Ready(); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
 		t.Errorf("Ready = %v, want unavailable", err)
+	}
+}
+
+// A read while the writer is still busy with a failed commit (here, its
+// log line blocks, as on a full disk) must not see that commit's writes.
+func TestNoReadFromMemoryAfterAFailedCommit(t *testing.T) {
+	logged, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s := openStore(t, t.TempDir(), func(s *Store) {
+		s.commitTxn = func(txn *badger.Txn) error {
+			if err := txn.Commit(); err != nil {
+				return err
+			}
+			return errors.New("sync 00001.mem: input/output error")
+		}
+		s.Logger = zaptest.NewLogger(t, zaptest.WrapOptions(zap.Hooks(func(e zapcore.Entry) error {
+			if strings.HasPrefix(e.Message, "commit batch") {
+				once.Do(func() { close(logged); <-release })
+			}
+			return nil
+		})))
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(ctx, delivery("req-1", "d-1", `{}`))
+		done <- err
+	}()
+	<-logged
+	r, err := s.Receipt(ctx, "billing", "req-1")
+	close(release)
+	if err := <-done; webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Fatalf("Decide: %v, want unavailable", err)
+	}
+	if webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Errorf("receipt read while the failed commit was logged: %+v, %v; want unavailable", r, err)
 	}
 }
 
