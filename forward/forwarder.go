@@ -110,7 +110,7 @@ type Forwarder struct {
 	stop       chan struct{}
 	stopOnce   sync.Once
 	done       chan struct{}
-	ctx        context.Context // aborts dials and store calls when shutdown runs out of time
+	ctx        context.Context // aborts dials when shutdown runs out of time (store calls do not watch it)
 	cancel     context.CancelFunc
 	conns      conns // closed to abort requests in flight
 	tlsConfig  *tls.Config

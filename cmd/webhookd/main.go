@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -78,11 +79,36 @@ func newServeCommand() *cobra.Command {
 			logger.Info("shutting down; a second signal stops at once", zap.Duration("timeout", cfg.ShutdownTimeout), zap.NamedError("store_failure", failed))
 			closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 			defer cancel()
-			return errors.Join(failed, m.Close(closeCtx))
+			return errors.Join(failed, closeWithin(closeCtx, closeGrace, m.Close))
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", configs.DefaultPath, "configuration file (YAML)")
 	return cmd
+}
+
+// closeGrace is how long shutdown may run past shutdown_timeout: the
+// store still closes after the forwarder has given up its requests.
+const closeGrace = 5 * time.Second
+
+// closeWithin runs close, and gives up waiting a grace period after ctx
+// ends: a hung disk must not keep the process from exiting for its
+// supervisor to start it again. Exiting then is safe: every acknowledged
+// delivery was synced before it was acknowledged, and the next start
+// replays what the store had not yet flushed.
+func closeWithin(ctx context.Context, grace time.Duration, close func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- close(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(grace):
+		return fmt.Errorf("shutdown did not finish within shutdown_timeout and %s more: exiting without it", grace)
+	}
 }
 
 // loadConfig reads path. When --config was not given and the default file is

@@ -257,3 +257,28 @@ func TestDeadLetterWorkflow(t *testing.T) {
 		t.Errorf("%d dead letters left", n)
 	}
 }
+
+// Shutdown gives up on a close that hangs (a hung disk) a grace period
+// after its deadline, and waits for one that ends within it.
+func TestCloseWithinItsTime(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	hung := make(chan struct{})
+	defer close(hung)
+	returned := make(chan error, 1)
+	go func() {
+		returned <- closeWithin(ctx, 50*time.Millisecond, func(context.Context) error { <-hung; return nil })
+	}()
+	select {
+	case err := <-returned:
+		if err == nil || !strings.Contains(err.Error(), "shutdown_timeout") {
+			t.Errorf("hung close: %v, want an error naming shutdown_timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("closeWithin waited for a close that hangs")
+	}
+	slow := func(ctx context.Context) error { <-ctx.Done(); time.Sleep(20 * time.Millisecond); return nil }
+	if err := closeWithin(ctx, time.Minute, slow); err != nil {
+		t.Errorf("a close that ends within the grace: %v", err)
+	}
+}
