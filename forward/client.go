@@ -77,53 +77,54 @@ func (f *Forwarder) hostClient(r Route) (*fasthttp.HostClient, error) {
 }
 
 // dialer connects to u's host directly, or through the proxy the
-// environment names for u.
+// environment names for u. Every dial, a proxy's handshake included, is
+// bounded by the request's time and by Close: a proxy that accepts and
+// never answers would otherwise hold the attempt, or shutdown, for longer.
 func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFuncWithTimeout, error) {
+	dial, err := dialThrough(u)
+	if err != nil {
+		return nil, err
+	}
+	return func(addr string, left time.Duration) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(f.ctx, dialTimeout(left, timeout))
+		defer cancel()
+		return dial(ctx, addr)
+	}, nil
+}
+
+// dialTimeout is what fasthttp has left of the request's time, or the
+// route's timeout where it passes none (0, as it does for a request that
+// waited for a free connection).
+func dialTimeout(left, route time.Duration) time.Duration {
+	if left <= 0 {
+		return route
+	}
+	return left
+}
+
+// dialThrough returns how to reach u's host: directly, or through the
+// proxy the environment names for u.
+func dialThrough(u *url.URL) (func(ctx context.Context, addr string) (net.Conn, error), error) {
 	proxy, err := httpproxy.FromEnvironment().ProxyFunc()(u)
 	if err != nil {
 		return nil, fmt.Errorf("proxy for %s: %w", u.Redacted(), err)
 	}
 	if proxy == nil {
-		return func(addr string, d time.Duration) (net.Conn, error) {
-			ctx, cancel := f.dialContext(d, timeout)
-			defer cancel()
-			var dialer net.Dialer
-			return dialer.DialContext(ctx, "tcp", addr)
-		}, nil
+		var d net.Dialer
+		return func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }, nil
 	}
 	switch proxy.Scheme {
-	// Both are dialled with a context, so that the attempt's timeout and
-	// Close bound the handshake too: a proxy that accepts and never answers
-	// would otherwise hold the attempt, or shutdown, for longer.
 	case "http":
-		return func(addr string, d time.Duration) (net.Conn, error) {
-			ctx, cancel := f.dialContext(d, timeout)
-			defer cancel()
-			return connectThrough(ctx, proxy, addr)
-		}, nil
+		return func(ctx context.Context, addr string) (net.Conn, error) { return connectThrough(ctx, proxy, addr) }, nil
 	case "socks5", "socks5h":
 		d, err := xproxy.FromURL(proxy, &net.Dialer{})
 		if err != nil {
 			return nil, fmt.Errorf("proxy %s for %s: %w", proxy.Redacted(), u.Redacted(), err)
 		}
 		socks := d.(xproxy.ContextDialer)
-		return func(addr string, d time.Duration) (net.Conn, error) {
-			ctx, cancel := f.dialContext(d, timeout)
-			defer cancel()
-			return socks.DialContext(ctx, "tcp", addr)
-		}, nil
+		return func(ctx context.Context, addr string) (net.Conn, error) { return socks.DialContext(ctx, "tcp", addr) }, nil
 	}
 	return nil, fmt.Errorf("proxy %s for %s: scheme %q is not supported (http, socks5)", proxy.Redacted(), u.Redacted(), proxy.Scheme)
-}
-
-// dialContext bounds a dial by what fasthttp has left of the request's
-// time, d, or by the route's timeout where it passes none (0, as it does
-// for a request that waited for a free connection).
-func (f *Forwarder) dialContext(d, route time.Duration) (context.Context, context.CancelFunc) {
-	if d <= 0 {
-		d = route
-	}
-	return context.WithTimeout(f.ctx, d)
 }
 
 // connectThrough opens a tunnel to addr through the HTTP proxy (CONNECT),
