@@ -170,7 +170,7 @@ func (r *Reader) Next() (Line, error) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		if torn(raw) {
+		if isTorn(raw) {
 			r.torn = append(r.torn, r.n)
 			continue
 		}
@@ -182,9 +182,9 @@ func (r *Reader) Next() (Line, error) {
 	}
 }
 
-// torn reports whether raw is the start of a JSON value cut short, or
+// isTorn reports whether raw is the start of a JSON value cut short, or
 // holds the NUL bytes a file system leaves where a write never landed.
-func torn(raw []byte) bool {
+func isTorn(raw []byte) bool {
 	if bytes.IndexByte(raw, 0) >= 0 {
 		return true
 	}
