@@ -296,9 +296,8 @@ func (s *Store) commit(ops []*op) int {
 		s.fail(commitErr) // first: reads must stop before anything can block
 		s.Logger.Error("commit batch; the store takes nothing more until it is opened again", zap.Int("ops", len(ops)), zap.Error(commitErr))
 		commitErr = unavailable(commitErr)
-		// Badger may have applied part of a failed commit: forget
-		// everything rather than keep a value it no longer has, and let
-		// the forwarder find any outbox entry it kept.
+		// Badger may have applied part of the failed batch: keep nothing of
+		// it in memory either, not a latest version nor an outbox entry.
 		s.latest.reset()
 		s.tail.forget(s.nextSeq)
 		signal(s.notify)
