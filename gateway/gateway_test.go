@@ -331,13 +331,27 @@ func TestIdentityEncodingIsNoEncoding(t *testing.T) {
 	req := httptest.NewRequest(http.MethodPost, "/hooks/billing", strings.NewReader(billing("r1", "s", 1)))
 	req.Header.Set("Content-Encoding", "identity")
 	expect(t, f.do(req), 202, "accepted")
+	// Each Content-Encoding line counts, not only the first.
+	req = httptest.NewRequest(http.MethodPost, "/hooks/billing", strings.NewReader(billing("r2", "s", 2)))
+	req.Header.Add("Content-Encoding", "identity")
+	req.Header.Add("Content-Encoding", "gzip")
+	if r := f.do(req); r.status != 415 {
+		t.Errorf("Content-Encoding identity, then gzip: %d %v, want 415", r.status, r.body)
+	}
 }
 
 func TestMethodNotAllowedSaysWhatIs(t *testing.T) {
 	f := newFixture(t, nil)
-	r := f.do(httptest.NewRequest(http.MethodGet, "/hooks/billing", nil))
-	if r.status != 405 || r.header.Get("Allow") != "POST" {
-		t.Errorf("got %d Allow=%q", r.status, r.header.Get("Allow"))
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		// An answer to HEAD has no body: the header says it was refused.
+		resp, err := f.server.Public().Test(httptest.NewRequest(method, "/hooks/billing", nil), -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" || resp.Header.Get("Webhook-Decision") != "rejected" {
+			t.Errorf("%s: got %d Allow=%q Webhook-Decision=%q", method, resp.StatusCode, resp.Header.Get("Allow"), resp.Header.Get("Webhook-Decision"))
+		}
 	}
 }
 

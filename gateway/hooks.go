@@ -174,10 +174,11 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 		)
 	}
 	s.record(c, name, known, start, status, decision)
+	// A refusal says so too: an answer without a body (to HEAD) has only this.
+	c.Set("Webhook-Decision", decision)
 	if err != nil {
 		return err
 	}
-	c.Set("Webhook-Decision", decision)
 	c.Status(status)
 	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
 	c.Response().SetBodyRaw(answer{
@@ -269,9 +270,12 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 	// Bodies are taken as sent: Fiber's Body would inflate a compressed one
 	// past max_body, before the signature check, and swap a broken one for
 	// its error message.
-	if enc := c.Get(fiber.HeaderContentEncoding); enc != "" && !strings.EqualFold(strings.TrimSpace(enc), "identity") {
-		return webhookd.Delivery{}, &webhookd.Error{Code: webhookd.EUNSUPPORTED, Field: fiber.HeaderContentEncoding,
-			Message: fmt.Sprintf("Content-Encoding %q is not accepted: send the body uncompressed", enc)}
+	// Every Content-Encoding line counts, not only the first.
+	for _, raw := range c.Request().Header.PeekAll(fiber.HeaderContentEncoding) {
+		if enc := string(raw); !strings.EqualFold(strings.TrimSpace(enc), "identity") {
+			return webhookd.Delivery{}, &webhookd.Error{Code: webhookd.EUNSUPPORTED, Field: fiber.HeaderContentEncoding,
+				Message: fmt.Sprintf("Content-Encoding %q is not accepted: send the body uncompressed", enc)}
+		}
 	}
 	body := c.Request().Body()
 	if err := src.verifier.Verify(fiberHeaders{c}, body, s.now()); err != nil {
