@@ -150,11 +150,13 @@ func (r *Runner) Run(ctx context.Context, lines []Line) (*Report, error) {
 	return report, err
 }
 
-// dispatch hands out line indexes in file order, paced by the rate.
+// dispatch hands out line indexes in file order, paced by the rate: a line
+// goes no sooner than one interval after the line before it went, so the
+// lines a slow answer held up do not follow it in a burst.
 func (r *Runner) dispatch(ctx context.Context, jobs chan<- int, n int, start time.Time) error {
+	due := start
 	for i := range n {
 		if r.opts.Rate > 0 {
-			due := start.Add(time.Duration(float64(i) / r.opts.Rate * float64(time.Second)))
 			if wait := time.Until(due); wait > 0 {
 				t := time.NewTimer(wait)
 				select {
@@ -169,6 +171,9 @@ func (r *Runner) dispatch(ctx context.Context, jobs chan<- int, n int, start tim
 		case jobs <- i:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+		if r.opts.Rate > 0 {
+			due = time.Now().Add(time.Duration(float64(time.Second) / r.opts.Rate))
 		}
 	}
 	return nil

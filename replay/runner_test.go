@@ -332,6 +332,36 @@ func TestRunnerConcurrency(t *testing.T) {
 	}
 }
 
+// --rate caps the pace: after a slow answer, the lines it held up go one
+// interval apart, not in a burst.
+func TestRateIsACapAfterASlowAnswer(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		starts []time.Time
+	)
+	_, url := newTarget(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		first := len(starts) == 1
+		mu.Unlock()
+		if first {
+			time.Sleep(time.Second)
+		}
+		decide(w, r, body)
+	})
+	const rate = 5 // one every 200 ms
+	run(t, Options{Target: url, Rate: rate}, lines(t, strings.Repeat(`{"path":"/hooks/a","body":"{}"}`+"\n", 8)))
+	for i := range starts {
+		n := 0
+		for j := i; j < len(starts) && starts[j].Sub(starts[i]) < time.Second; j++ {
+			n++
+		}
+		if n > rate+1 {
+			t.Fatalf("%d deliveries started within a second of delivery %d at --rate %d/s", n, i+1, rate)
+		}
+	}
+}
+
 func TestRunnerStopsWhenCancelled(t *testing.T) {
 	_, url := newTarget(t, decide)
 	ctx, cancel := context.WithCancel(context.Background())
