@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/webhookd/webhookd/internal/jsonenc"
 )
 
@@ -117,10 +119,15 @@ func (e *Entry) Decode(b []byte, withBody bool) error {
 }
 
 // DecodeBody returns a copy of an encoded entry's body, not nil even when
-// empty, without decoding its metadata.
-func DecodeBody(b []byte) ([]byte, error) {
-	_, body, err := split(b)
-	return bytes.Clone(body), err
+// empty, and its created_at (zero if it has none), without decoding the
+// rest of its metadata.
+func DecodeBody(b []byte) (body []byte, createdAt time.Time, err error) {
+	meta, body, err := split(b)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	createdAt, _ = time.Parse(time.RFC3339Nano, gjson.GetBytes(meta, "created_at").Str)
+	return bytes.Clone(body), createdAt, nil
 }
 
 func split(b []byte) (meta, body []byte, err error) {

@@ -109,26 +109,33 @@ func (t *tx) decodeEntry(key, b []byte, withBody bool) (e forward.Entry, err err
 	}
 	e.Seq = binary.BigEndian.Uint64(key[1:])
 	if withBody && len(e.Body) == 0 {
-		e.Body, err = t.payload(e.Source, e.RequestID)
+		e.Body, err = t.payload(&e)
 	}
 	return e, err
 }
 
-// payload returns the body in a request's payload key, or nil when the key
-// has expired.
-func (t *tx) payload(source, requestID string) ([]byte, error) {
-	item, err := t.item(payloadKey(source, requestID))
+// payload returns the body in e's payload key, or nil when the key has
+// expired. A payload key belongs to one receipt of its request ID: an
+// entry that outlived its receipt (it waited in its lane, or webhookd was
+// down), after the provider sent the request ID again, finds the later
+// receipt's payload there, which is not its own, so nil too.
+func (t *tx) payload(e *forward.Entry) ([]byte, error) {
+	item, err := t.item(payloadKey(e.Source, e.RequestID))
 	if err != nil || item == nil {
 		return nil, err
 	}
 	var body []byte
+	var createdAt time.Time
 	// DecodeBody copies the body out, so the value itself need not be.
 	err = item.Value(func(p []byte) error {
-		body, err = forward.DecodeBody(p)
+		body, createdAt, err = forward.DecodeBody(p)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("payload of %s/%s: %w", source, requestID, err)
+		return nil, fmt.Errorf("payload of %s/%s: %w", e.Source, e.RequestID, err)
+	}
+	if !createdAt.IsZero() && !createdAt.Equal(e.CreatedAt) {
+		return nil, nil
 	}
 	return body, nil
 }
@@ -218,7 +225,7 @@ func (s *Store) Body(ctx context.Context, e forward.Entry) ([]byte, error) {
 	err := s.view(func(txn *badger.Txn) error {
 		t := &tx{txn: txn}
 		var err error
-		if body, err = t.payload(e.Source, e.RequestID); err != nil || body != nil {
+		if body, err = t.payload(&e); err != nil || body != nil {
 			return err
 		}
 		whole, found, err := t.getEntry(outboxKey(e.Seq), true)

@@ -582,6 +582,39 @@ func TestNoReadFromMemoryAfterAFailedCommit(t *testing.T) {
 	}
 }
 
+// An outbox entry that outlived its receipt, after the request ID came back
+// under a new receipt, does not take the new receipt's payload: the key
+// holds one payload per request ID, and it is no longer the entry's.
+func TestEntryDoesNotTakeALaterReceiptsPayload(t *testing.T) {
+	s := openStore(t, t.TempDir(), func(s *Store) { s.ReceiptTTL = time.Second })
+	mustDecide(t, s, delivery("req-1", "d-1", `{"n":"A"}`))
+	time.Sleep(2100 * time.Millisecond) // the receipt and its payload expire; the entry waits
+	if out := mustDecide(t, s, delivery("req-1", "d-2", `{"n":"B"}`)); out.Decision != webhookd.Accepted {
+		t.Fatalf("the request ID again, past its receipt: %s, want accepted", out.Decision)
+	}
+	entries := outbox(t, s)
+	if len(entries) != 2 {
+		t.Fatalf("outbox: %d entries, want both", len(entries))
+	}
+	if body, err := s.Body(ctx, entries[0]); !errors.Is(err, forward.ErrPayloadGone) {
+		t.Errorf("the first receipt's entry: body %q, %v; want its payload gone", body, err)
+	}
+	if body, err := s.Body(ctx, entries[1]); err != nil || string(body) != `{"n":"B"}` {
+		t.Errorf("the later receipt's entry: body %q, %v", body, err)
+	}
+	// Held in memory since its commit, the first entry has its own body;
+	// read from Badger after a restart, none.
+	if pending, err := s.Pending(ctx, 0, 10, 1<<20); err != nil || len(pending) != 2 || string(pending[0].Body) != `{"n":"A"}` {
+		t.Errorf("pending from memory: %+v, %v; want the first with its own body", pending, err)
+	}
+	dir := s.Path
+	s.Close()
+	s = openStore(t, dir, func(s *Store) { s.ReceiptTTL = time.Second })
+	if pending, err := s.Pending(ctx, 0, 10, 1<<20); err != nil || len(pending) != 2 || pending[0].Body != nil || string(pending[1].Body) != `{"n":"B"}` {
+		t.Errorf("pending from Badger: %+v, %v; want the first without a body", pending, err)
+	}
+}
+
 func receiptOf(t *testing.T, s *Store, requestID string) *dedupe.Receipt {
 	t.Helper()
 	r, err := s.Receipt(ctx, "billing", requestID)
