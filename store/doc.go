@@ -31,21 +31,22 @@
 // Values read from Badger are copied out of the transaction (ValueCopy or
 // decoding), since Badger's bytes are valid only inside it.
 //
-// Values are JSON. Receipts, latest versions and forward statuses, written
-// at every decision or forward attempt, are encoded by hand (encode.go)
-// into exactly the bytes encoding/json would write, and read back without
-// reflection (decode.go) into exactly what encoding/json would read, which
-// decodes anything the fast path does not expect: the format is one.
+// Receipts, latest versions and forward statuses are stored in a compact
+// binary form (record.go): a decision's records are what fills Badger's
+// memtables, and their size set how often Badger builds a table on the
+// cores the request path runs on. Records written as JSON by builds before
+// it are still read. Outbox entries and payloads are forward.Entry's
+// encoding.
 //
 // Key layout (source names and request IDs never contain a NUL byte):
 //
-//	r<source>\x00<request_id>  receipt (dedupe.Receipt, JSON), expires after receipt_ttl
-//	v<source>\x00<resource>    latest accepted version (versioning.Latest, JSON), never expires
+//	r<source>\x00<request_id>  receipt (dedupe.Receipt), expires after receipt_ttl
+//	v<source>\x00<resource>    latest accepted version (versioning.Latest), never expires
 //	o<seq:8 bytes big-endian>  outbox entry (forward.Entry without its body, encoded), until forwarded
 //	p<source>\x00<request_id>  payload: the entry with its body, for forwarding and redelivery;
 //	                           expires after receipt_ttl
 //	d<source>\x00<request_id>  dead letter (forward.Entry with its body, encoded), until retried or discarded
-//	f<source>\x00<request_id>  forward status (forwardRecord, JSON) once it changed after the decision;
+//	f<source>\x00<request_id>  forward status (forwardRecord) once it changed after the decision;
 //	                           it overrides the receipt's, expires receipt_ttl after it was written,
 //	                           and names its receipt by first_seen
 //

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -344,6 +345,69 @@ func TestReceiptsAndVersionsSurviveReopen(t *testing.T) {
 	entries := outbox(t, s)
 	if len(entries) != 2 || entries[0].RequestID != "req-10" || entries[1].RequestID != "req-11" {
 		t.Errorf("outbox after reopen = %+v, want req-10 then req-11", entries)
+	}
+}
+
+// TestRecordsOfAnOlderBuildAreRead opens records as builds before the
+// binary form wrote them, JSON, and rewrites a receipt in the binary form
+// when a redelivery changes it.
+func TestRecordsOfAnOlderBuildAreRead(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	d := versioned("req-10", "sub_1", 10)
+	first := d.ReceivedAt.Add(-time.Minute).Round(0)
+	old := dedupe.Receipt{
+		Source: d.Source, RequestID: d.RequestID, Resource: d.Resource, Version: d.Version,
+		Decision: webhookd.Accepted, Reason: reason(versioning.First, d.Version, ""), DuplicateDecision: dedupe.New,
+		OrderingDecision: string(versioning.First), PayloadSHA256: d.Fingerprint, FirstSeen: first,
+		Forward: webhookd.ForwardStatus{State: webhookd.ForwardPending},
+	}
+	old.Record(dedupe.Delivery{DeliveryID: "d-old", ReceivedAt: first, Decision: webhookd.Accepted})
+	at := first.Add(time.Second)
+	records := map[string]any{
+		string(receiptKey(d.Source, d.RequestID)): old,
+		string(latestKey(d.Source, d.Resource)):   versioning.Latest{Version: "10", Order: 10, RequestID: d.RequestID, UpdatedAt: first},
+		string(forwardKey(d.Source, d.RequestID)): forwardRecord{ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardDelivered, Attempts: 1, LastStatus: 200, DeliveredAt: &at}, ReceiptFirstSeen: first},
+	}
+	err := s.db.Update(func(txn *badger.Txn) error {
+		for k, v := range records {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return err
+			}
+			if err := txn.Set([]byte(k), b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if out := mustDecide(t, s, d); out.Decision != webhookd.Duplicate || out.LatestVersion != "10" {
+		t.Errorf("redelivery: %+v, want duplicate with latest version 10", out)
+	}
+	if out := mustDecide(t, s, versioned("req-9", "sub_1", 9)); out.Decision != webhookd.Stale {
+		t.Errorf("version 9 after an older build's version 10: %s, want stale", out.Decision)
+	}
+	r := receiptOf(t, s, d.RequestID)
+	if r.Reason != old.Reason || !r.FirstSeen.Equal(first) || r.Attempts != 2 || r.Forward.State != webhookd.ForwardDelivered || !r.Forward.DeliveredAt.Equal(at) {
+		t.Errorf("receipt after the redelivery = %+v, want the older build's with its forward status and two attempts", r)
+	}
+	err = s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(receiptKey(d.Source, d.RequestID))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(b []byte) error {
+			if b[0] != tagReceipt {
+				t.Errorf("the rewritten receipt starts with %q, want the binary form's tag", b[0])
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
