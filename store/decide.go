@@ -223,10 +223,10 @@ func (t *tx) mustGet(key []byte, v any) error {
 }
 
 // forwardRecord is a forward key's value: the status, and the first_seen
-// of the receipt it belongs to. The key may outlive that receipt (see
-// setForward), and a later receipt under the same request ID must not take
-// the status for its own. Keys written before the stamp expired with their
-// receipt, so a zero stamp belongs to the receipt there is.
+// of the receipt it belongs to, which the key names too. A legacy key
+// (legacyForwardKey) may hold an earlier receipt's status under the same
+// request ID, and the stamp tells; keys written before the stamp expired
+// with their receipt, so a zero stamp belongs to the receipt there is.
 type forwardRecord struct {
 	webhookd.ForwardStatus
 	ReceiptFirstSeen time.Time `json:"receipt_first_seen,omitzero"`
@@ -234,24 +234,32 @@ type forwardRecord struct {
 
 // forwardStatus sets r.Forward to the request's current forward status: the
 // forward key's when the status changed after the decision, else the
-// receipt's own. held reports whether there is a forward key, even one an
-// earlier receipt under the same request ID left, whose status it ignores.
-func (t *tx) forwardStatus(r *dedupe.Receipt) (held bool, err error) {
-	var f forwardRecord
-	held, err = t.get(forwardKey(r.Source, r.RequestID), &f)
-	if held && (f.ReceiptFirstSeen.IsZero() || f.ReceiptFirstSeen.Equal(r.FirstSeen)) {
-		r.Forward = f.ForwardStatus
+// receipt's own. It returns the key it took the status from, or nil.
+func (t *tx) forwardStatus(r *dedupe.Receipt) (key []byte, err error) {
+	if r.Forward.State == webhookd.ForwardNone {
+		return nil, nil // never forwarded, so never settled: no key to read
 	}
-	return held, err
+	for _, k := range [][]byte{forwardKey(r.Source, r.RequestID, r.FirstSeen), legacyForwardKey(r.Source, r.RequestID)} {
+		var f forwardRecord
+		held, err := t.get(k, &f)
+		if err != nil {
+			return nil, err
+		}
+		if held && (f.ReceiptFirstSeen.IsZero() || f.ReceiptFirstSeen.Equal(r.FirstSeen)) {
+			r.Forward = f.ForwardStatus
+			return k, nil
+		}
+	}
+	return nil, nil
 }
 
 // foldForward moves the forward key's status into r, which the caller is
 // about to write: the key would otherwise expire before the receipt whose
 // TTL a redelivery extends.
 func (t *tx) foldForward(r *dedupe.Receipt) error {
-	held, err := t.forwardStatus(r)
-	if held {
-		t.delete(forwardKey(r.Source, r.RequestID))
+	key, err := t.forwardStatus(r)
+	if key != nil {
+		t.delete(key)
 	}
 	return err
 }

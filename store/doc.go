@@ -46,9 +46,10 @@
 //	p<source>\x00<request_id>  payload: the entry with its body, for forwarding and redelivery;
 //	                           expires after receipt_ttl
 //	d<source>\x00<request_id>  dead letter (forward.Entry with its body, encoded), until retried or discarded
-//	f<source>\x00<request_id>  forward status (forwardRecord) once it changed after the decision;
-//	                           it overrides the receipt's, expires receipt_ttl after it was written,
-//	                           and names its receipt by first_seen
+//	f<source>\x00<request_id>\x00<first_seen: Unix seconds, 8 bytes, nanoseconds, 4 bytes; big-endian>
+//	                           forward status (forwardRecord) once it changed after the decision;
+//	                           it overrides the receipt's and expires receipt_ttl after it was written.
+//	                           Builds before first_seen was in the key wrote f<source>\x00<request_id>.
 //
 // A body is written once, in the payload key, not in the outbox entry too:
 // the outbox entry is rewritten on every retry and deleted on delivery, so

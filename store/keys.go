@@ -1,6 +1,9 @@
 package store
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"time"
+)
 
 const (
 	prefixReceipt = 'r'
@@ -23,7 +26,22 @@ func receiptKey(source, requestID string) []byte { return pairKey(prefixReceipt,
 func latestKey(source, resource string) []byte   { return pairKey(prefixLatest, source, resource) }
 func deadKey(source, requestID string) []byte    { return pairKey(prefixDead, source, requestID) }
 func payloadKey(source, requestID string) []byte { return pairKey(prefixPayload, source, requestID) }
-func forwardKey(source, requestID string) []byte { return pairKey(prefixForward, source, requestID) }
+
+// forwardKey is the key of the forward status of the receipt of requestID
+// first seen at firstSeen. The status can outlive its receipt (see
+// setForward), and a later receipt under the same request ID has a key
+// of its own, which settling the earlier one's outbox entry leaves alone.
+func forwardKey(source, requestID string, firstSeen time.Time) []byte {
+	k := append(pairKey(prefixForward, source, requestID), 0)
+	k = binary.BigEndian.AppendUint64(k, uint64(firstSeen.Unix()))
+	return binary.BigEndian.AppendUint32(k, uint32(firstSeen.Nanosecond()))
+}
+
+// legacyForwardKey is the one forward key per request ID of builds before
+// the key named its receipt; what they wrote is read until it expires.
+func legacyForwardKey(source, requestID string) []byte {
+	return pairKey(prefixForward, source, requestID)
+}
 
 // sourcePrefix is the key prefix of one source's keys under prefix, or of
 // every source's when source is "".

@@ -336,7 +336,7 @@ func (t *tx) setEntry(key []byte, e *forward.Entry) error {
 // is what the stamp is for (forwardRecord).
 func (t *tx) setForward(source, requestID string, firstSeen time.Time, status webhookd.ForwardStatus, ttl time.Duration) error {
 	rec := forwardRecord{ForwardStatus: status, ReceiptFirstSeen: firstSeen}
-	return t.set(forwardKey(source, requestID), &rec, expiry(time.Now(), ttl))
+	return t.set(forwardKey(source, requestID, firstSeen), &rec, expiry(time.Now(), ttl))
 }
 
 // RetryDeadLetter puts a dead letter back into the outbox with its attempts

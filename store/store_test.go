@@ -364,9 +364,9 @@ func TestRecordsOfAnOlderBuildAreRead(t *testing.T) {
 	old.Record(dedupe.Delivery{DeliveryID: "d-old", ReceivedAt: first, Decision: webhookd.Accepted})
 	at := first.Add(time.Second)
 	records := map[string]any{
-		string(receiptKey(d.Source, d.RequestID)): old,
-		string(latestKey(d.Source, d.Resource)):   versioning.Latest{Version: "10", Order: 10, RequestID: d.RequestID, UpdatedAt: first},
-		string(forwardKey(d.Source, d.RequestID)): forwardRecord{ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardDelivered, Attempts: 1, LastStatus: 200, DeliveredAt: &at}, ReceiptFirstSeen: first},
+		string(receiptKey(d.Source, d.RequestID)):       old,
+		string(latestKey(d.Source, d.Resource)):         versioning.Latest{Version: "10", Order: 10, RequestID: d.RequestID, UpdatedAt: first},
+		string(legacyForwardKey(d.Source, d.RequestID)): forwardRecord{ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardDelivered, Attempts: 1, LastStatus: 200, DeliveredAt: &at}, ReceiptFirstSeen: first},
 	}
 	err := s.db.Update(func(txn *badger.Txn) error {
 		for k, v := range records {
@@ -395,6 +395,9 @@ func TestRecordsOfAnOlderBuildAreRead(t *testing.T) {
 		t.Errorf("receipt after the redelivery = %+v, want the older build's with its forward status and two attempts", r)
 	}
 	err = s.db.View(func(txn *badger.Txn) error {
+		if _, err := txn.Get(legacyForwardKey(d.Source, d.RequestID)); !errors.Is(err, badger.ErrKeyNotFound) {
+			t.Errorf("the older build's forward key after the redelivery that folded it: %v, want not found", err)
+		}
 		item, err := txn.Get(receiptKey(d.Source, d.RequestID))
 		if err != nil {
 			return err
@@ -502,8 +505,9 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 		t.Fatalf("redelivery: %s", out.Decision)
 	}
 	assertForward("after a redelivery")
+	firstSeen := receiptOf(t, s, "req-1").FirstSeen
 	if err := s.view(func(txn *badger.Txn) error {
-		found, err := (&tx{txn: txn}).exists(forwardKey("billing", "req-1"))
+		found, err := (&tx{txn: txn}).exists(forwardKey("billing", "req-1", firstSeen))
 		if found {
 			t.Error("the forward key outlived the redelivery that folded it")
 		}
@@ -569,6 +573,33 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 		if got := receiptOf(t, s, id).Forward.State; got != webhookd.ForwardPending {
 			t.Errorf("forward state of a new receipt under %s, an old request ID: %s, want pending", id, got)
 		}
+	}
+}
+
+// An outbox entry can outlive its receipt (it waits in its lane), and the
+// request ID can come back under a new receipt meanwhile. Settling the old
+// entry after the new one must not overwrite the new receipt's status.
+func TestSettlingAnOldEntryKeepsALaterReceiptsStatus(t *testing.T) {
+	s := openStore(t, t.TempDir(), func(s *Store) { s.ReceiptTTL = time.Second })
+	second := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(second.Add(50 * time.Millisecond)))
+	mustDecide(t, s, delivery("req-1", "d-1", `{"n":1}`)) // expires at 2
+	time.Sleep(time.Until(second.Add(2100 * time.Millisecond)))
+	mustDecide(t, s, delivery("req-1", "d-2", `{"n":2}`))
+	entries := outbox(t, s)
+	if len(entries) != 2 {
+		t.Fatalf("outbox: %d entries, want the old and the new one", len(entries))
+	}
+	settle := func(e forward.Entry, state webhookd.ForwardState) {
+		t.Helper()
+		if err := s.Settle(ctx, e, forward.Result{State: state, Attempts: 1, Status: 500, At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(entries[1], webhookd.ForwardDelivered)
+	settle(entries[0], webhookd.ForwardDead)
+	if got := receiptOf(t, s, "req-1").Forward.State; got != webhookd.ForwardDelivered {
+		t.Errorf("forward state of the new receipt after the old entry was settled: %s, want delivered", got)
 	}
 }
 
