@@ -201,18 +201,12 @@ func (r *reader) byte(what string) byte {
 	return c
 }
 
-func (r *reader) uvarint(what string) uint64 {
-	n, size := binary.Uvarint(r.b)
-	if size <= 0 {
-		r.fail(what)
-		return 0
-	}
-	r.b = r.b[size:]
-	return n
-}
+func (r *reader) uvarint(what string) uint64 { return readVarint(r, binary.Uvarint, what) }
+func (r *reader) varint(what string) int64   { return readVarint(r, binary.Varint, what) }
 
-func (r *reader) varint(what string) int64 {
-	n, size := binary.Varint(r.b)
+// readVarint reads one varint with decode, binary.Uvarint or binary.Varint.
+func readVarint[T int64 | uint64](r *reader, decode func([]byte) (T, int), what string) T {
+	n, size := decode(r.b)
 	if size <= 0 {
 		r.fail(what)
 		return 0
