@@ -333,7 +333,7 @@ func (t *tx) setEntry(key []byte, e *forward.Entry) error {
 // delivery, and a redelivery staged after this folds the key into the
 // receipt. So it needs no read of the receipt (a Get that searched every
 // LSM level, a tenth of a drain's CPU); it may outlive the receipt, which
-// is what the stamp is for (forwardRecord).
+// is why its key names the receipt (forwardKey).
 func (t *tx) setForward(source, requestID string, firstSeen time.Time, status webhookd.ForwardStatus, ttl time.Duration) error {
 	rec := forwardRecord{ForwardStatus: status, ReceiptFirstSeen: firstSeen}
 	return t.set(forwardKey(source, requestID, firstSeen), &rec, expiry(time.Now(), ttl))
