@@ -16,7 +16,7 @@ import (
 // Receipts, latest versions and forward statuses are stored in a compact
 // binary form. A decision writes a receipt and a latest version, and
 // their bytes are what fills Badger's memtables: as JSON they were about
-// 700 bytes a decision, and every few seconds at full intake Badger built
+// 740 bytes a decision, and every few seconds at full intake Badger built
 // a table from them on the cores the handlers run on, which set the
 // intake's p99 (see the README, Performance). The binary form is about a
 // fifth of the JSON. It leaves out the receipt's reason, which is a
