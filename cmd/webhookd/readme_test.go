@@ -155,9 +155,9 @@ func (p *readmeProcess) stop(t *testing.T) {
 	}
 }
 
-// environ is the test's environment without the variables a README
+// commandEnv is the test's environment without the variables a README
 // command sets, and with loopback never proxied.
-func environ(assignments string) []string {
+func commandEnv(assignments string) []string {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "WEBHOOKD_") || strings.HasPrefix(strings.ToLower(kv), "no_proxy=")
 	})
@@ -220,7 +220,7 @@ func TestREADMECommands(t *testing.T) {
 			args = []string{sub, "--listen", sinkAddr}
 		}
 		p := &readmeProcess{cmd: exec.Command(bin, args...), out: &lockedBuffer{}, errOut: &lockedBuffer{}}
-		p.cmd.Dir, p.cmd.Env = work, environ(env)
+		p.cmd.Dir, p.cmd.Env = work, commandEnv(env)
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.errOut
 		if err := p.cmd.Start(); err != nil {
 			t.Fatalf("README.md:%d: %s: %v", c.line, c.text, err)
@@ -271,7 +271,7 @@ func TestREADMECommands(t *testing.T) {
 		deadline := time.Now().Add(15 * time.Second)
 		for {
 			run := exec.Command("bash", "-o", "pipefail", "-c", toLoopback.Replace(c.text))
-			run.Dir, run.Env = work, environ("")
+			run.Dir, run.Env = work, commandEnv("")
 			out, err := run.CombinedOutput()
 			got := normal(fromLoopback.Replace(string(out)))
 			if err == nil && got == normal(c.output) {

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/signature"
+)
+
+var exampleEnvRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// TestProviderExamplesPassConfigCheck runs the built binary's config check
+// on every file of configs/examples, with the secrets it names set in the
+// environment, as its header comment tells a user to; and without them,
+// when the check must fail. There is one file per provider scheme.
+func TestProviderExamplesPassConfigCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("../../configs/examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	// A Standard Webhooks secret is also a valid secret of every other scheme.
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("webhookd example test secret"))
+	var schemes []string
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := commandEnv("")
+			var names []string
+			for _, m := range exampleEnvRef.FindAllStringSubmatch(string(raw), -1) {
+				names = append(names, m[1])
+				env = append(env, m[1]+"="+secret)
+			}
+			check := exec.Command(bin, "config", "check", "--config", file)
+			check.Env = env
+			out, err := check.CombinedOutput()
+			if err != nil {
+				t.Fatalf("config check: %v\n%s", err, out)
+			}
+			if strings.Contains(string(out), secret) {
+				t.Errorf("config check printed a secret:\n%s", out)
+			}
+
+			// Without its secrets the file must not pass: they come from the
+			// environment, never from the file.
+			check = exec.Command(bin, "config", "check", "--config", file)
+			check.Env = commandEnv("")
+			if out, err := check.CombinedOutput(); err == nil {
+				t.Errorf("config check passed with %v unset:\n%s", names, out)
+			}
+
+			for _, name := range names {
+				t.Setenv(name, secret)
+			}
+			cfg, err := configs.Load(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range cfg.Sources {
+				if s.Verify == nil {
+					t.Errorf("source %s verifies nothing", s.Name)
+					continue
+				}
+				schemes = append(schemes, s.Verify.Scheme)
+				if want := s.Verify.Scheme + ".yaml"; filepath.Base(file) != want {
+					t.Errorf("a %s source is in %s, want %s", s.Verify.Scheme, filepath.Base(file), want)
+				}
+			}
+		})
+	}
+	for _, scheme := range signature.Schemes() {
+		if scheme != signature.None && !slices.Contains(schemes, scheme) {
+			t.Errorf("configs/examples has no configuration for scheme %s", scheme)
+		}
+	}
+}
