@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh: one-command load benchmark of webhookd (README, "Load benchmark").
+# bench/run.sh: one-command load benchmark of webhookd (docs/performance.md, "Running the load benchmark").
 #
 #   bench/run.sh [-d SECONDS] [--soak MINUTES] [--soak-rate PER_SECOND]
 #                [--drain SECONDS] [--workdir DIR] [--memory-limit BYTES]
