@@ -335,3 +335,57 @@ func checkInlineCommands(t *testing.T, bin string, inline []string) {
 		}
 	}
 }
+
+var (
+	mdLink    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	mdHeading = regexp.MustCompile(`(?m)^#+ (.*)$`)
+	mdFence   = regexp.MustCompile("(?s)```.*?```")
+	slugDrop  = regexp.MustCompile(`[^\p{L}\p{N}_\- ]`)
+)
+
+// TestDocsLinks checks every relative link of README.md, CONTRIBUTING.md
+// and docs/: the file exists, and an anchor names a heading of it, as
+// GitHub spells heading anchors.
+func TestDocsLinks(t *testing.T) {
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs: %v", err)
+	}
+	files := append([]string{"../../README.md", "../../CONTRIBUTING.md"}, docs...)
+	anchors := func(path string) map[string]bool {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		set := map[string]bool{}
+		for _, m := range mdHeading.FindAllStringSubmatch(mdFence.ReplaceAllString(string(raw), ""), -1) {
+			slug := strings.ToLower(strings.NewReplacer("`", "", "*", "").Replace(m[1]))
+			set[strings.ReplaceAll(slugDrop.ReplaceAllString(slug, ""), " ", "-")] = true
+		}
+		return set
+	}
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(string(raw), -1) {
+			link := m[1]
+			if strings.HasPrefix(link, "http://") || strings.HasPrefix(link, "https://") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(link, "#")
+			target := file
+			if path != "" {
+				target = filepath.Join(filepath.Dir(file), path)
+			}
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("%s: link %s: %v", file, link, err)
+				continue
+			}
+			if anchor != "" && !anchors(target)[anchor] {
+				t.Errorf("%s: link %s: no heading of %s has the anchor #%s", file, link, target, anchor)
+			}
+		}
+	}
+}
