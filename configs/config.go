@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -61,11 +60,14 @@ type Record struct {
 type Verify struct {
 	Scheme string `yaml:"scheme" validate:"required,oneof=none hmac-sha256 standard-webhooks stripe github shopify slack"`
 	// Secrets: any may match, so a secret can be rotated by listing both.
-	Secrets   []string      `yaml:"secrets"`
-	Tolerance time.Duration `yaml:"tolerance" validate:"gte=0"`
-	Header    string        `yaml:"header"`
-	Encoding  string        `yaml:"encoding"`
-	Prefix    string        `yaml:"prefix"`
+	Secrets []string `yaml:"secrets"`
+	// Tolerance applies to schemes that sign a timestamp; it stays zero,
+	// and is not printed, for the others.
+	Tolerance time.Duration `yaml:"tolerance,omitempty" validate:"gte=0"`
+	// Header, Encoding and Prefix apply to hmac-sha256 only.
+	Header   string `yaml:"header,omitempty"`
+	Encoding string `yaml:"encoding,omitempty"`
+	Prefix   string `yaml:"prefix,omitempty"`
 }
 
 // Signature returns the verification settings as package signature takes them.
@@ -87,12 +89,13 @@ type Admin struct {
 
 // Source is one sender of webhooks, served at POST /hooks/{name}.
 type Source struct {
-	Name               string                    `yaml:"name" validate:"required,source_name"`
-	RequestID          string                    `yaml:"request_id" validate:"required,selector"`
-	DeliveryID         string                    `yaml:"delivery_id" validate:"omitempty,selector"`
-	Resource           string                    `yaml:"resource" validate:"omitempty,selector"`
-	Version            string                    `yaml:"version" validate:"omitempty,selector"`
-	VersionFormat      versioning.Format         `yaml:"version_format" validate:"oneof=integer timestamp"`
+	Name       string `yaml:"name" validate:"required,source_name"`
+	RequestID  string `yaml:"request_id" validate:"required,selector"`
+	DeliveryID string `yaml:"delivery_id" validate:"omitempty,selector"`
+	Resource   string `yaml:"resource" validate:"omitempty,selector"`
+	Version    string `yaml:"version" validate:"omitempty,selector"`
+	// VersionFormat is empty, and not printed, when there is no version.
+	VersionFormat      versioning.Format         `yaml:"version_format,omitempty" validate:"omitempty,oneof=integer timestamp"`
 	FingerprintExclude []string                  `yaml:"fingerprint_exclude" validate:"dive,json_path"`
 	Responses          map[webhookd.Decision]int `yaml:"responses" validate:"dive,keys,oneof=accepted duplicate stale conflict,endkeys,gte=200,lte=599,with_body"`
 	// Verify is nil when deliveries are not signed.
@@ -156,59 +159,116 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse applies data over the defaults, expands ${NAME} from the environment
-// in every value, fills each source's defaults and validates the result.
+// in every value, fills each source's defaults and validates the result. A
+// *ValidationError lists every problem, those of the file's shape and
+// those of the rules, each with its YAML path and line.
 func Parse(data []byte) (*Config, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("parse yaml: %w", err)
+		return nil, syntaxError(err)
 	}
 	// Expanding parsed values, not raw text, keeps a secret holding YAML
 	// syntax (quotes, colons, newlines) from changing the document.
-	expandEnv(&doc)
-	expanded, err := yaml.Marshal(&doc)
-	if err != nil {
-		return nil, fmt.Errorf("parse yaml: %w", err)
-	}
+	check := newChecker(expandEnv(&doc))
 	cfg := New()
-	dec := yaml.NewDecoder(bytes.NewReader(expanded))
-	dec.KnownFields(true)                                              // a misspelt field must not silently fall back to its default
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) { // an empty file means all defaults
-		return nil, fmt.Errorf("parse yaml: %w", withoutValues(err))
+	if doc.Kind != 0 { // an empty file means all defaults
+		check.walk(&doc, reflect.TypeFor[Config](), "")
+		// yaml decodes what it can around a bad value and finds no problem
+		// the walk has not named.
+		if err := doc.Decode(cfg); err != nil && len(check.problems) == 0 {
+			return nil, fmt.Errorf("parse yaml: %s", quotedValue.ReplaceAllString(err.Error(), "a value"))
+		}
 	}
 	for i := range cfg.Sources {
 		cfg.Sources[i].setDefaults()
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		var verr *ValidationError
+		if !errors.As(err, &verr) {
+			return nil, err
+		}
+		check.rules(verr.Problems)
+	}
+	if len(check.problems) > 0 {
+		return nil, &ValidationError{Problems: check.sorted()}
 	}
 	return cfg, nil
 }
 
+// quotedValue is how yaml quotes a value in an error; it may be a secret.
+var quotedValue = regexp.MustCompile("`[^`]*`")
+
+// syntaxLine is how yaml reports a document it cannot parse.
+var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError turns yaml's syntax error into a problem with its line: past
+// one, the document cannot be read any further.
+func syntaxError(err error) error {
+	m := syntaxLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &ValidationError{Problems: []Problem{{Msg: "not YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	}
+	line, _ := strconv.Atoi(m[1])
+	return &ValidationError{Problems: []Problem{{Line: line, Msg: "not YAML: " + m[2]}}}
+}
+
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-func expandEnv(n *yaml.Node) {
-	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
-		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
-			return os.Getenv(ref[2 : len(ref)-1])
-		})
-		// An expanded value is plain text, whatever it looks like.
-		if n.Tag == "!!str" || n.Style != 0 {
-			n.Style = yaml.DoubleQuotedStyle
+// expandEnv replaces every ${NAME} in n's values and returns the scalars
+// that unset variables left empty, with their names.
+func expandEnv(n *yaml.Node) map[*yaml.Node][]string {
+	unset := map[*yaml.Node][]string{}
+	var expand func(*yaml.Node)
+	expand = func(n *yaml.Node) {
+		if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
+			var names []string
+			n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
+				name := ref[2 : len(ref)-1]
+				v, ok := os.LookupEnv(name)
+				if !ok {
+					names = append(names, name)
+				}
+				return v
+			})
+			if n.Value == "" && len(names) > 0 {
+				unset[n] = names
+			}
+			// An expanded value is text, whatever it looks like.
+			if n.Tag == "!!str" || n.Style != 0 {
+				n.Style = yaml.DoubleQuotedStyle
+			}
+		}
+		for _, c := range n.Content {
+			expand(c)
 		}
 	}
-	for _, c := range n.Content {
-		expandEnv(c)
-	}
+	expand(n)
+	return unset
 }
 
 func (s *Source) setDefaults() {
-	if s.VersionFormat == "" {
-		s.VersionFormat = versioning.Integer
+	if s.Version != "" {
+		setDefault(&s.VersionFormat, versioning.Integer)
 	}
-	if s.Verify != nil {
-		p := signature.PresetFor(s.Verify.Scheme)
+	// Every decision's status is filled in, so that the effective
+	// configuration shows what each one answers.
+	if s.Responses == nil {
+		s.Responses = make(map[webhookd.Decision]int, 4)
+	}
+	for _, d := range []webhookd.Decision{webhookd.Accepted, webhookd.Duplicate, webhookd.Stale, webhookd.Conflict} {
+		s.Responses[d] = s.Status(d)
+	}
+	if v := s.Verify; v != nil {
+		p := signature.PresetFor(v.Scheme)
 		setDefault(&s.RequestID, p.RequestID)
 		setDefault(&s.DeliveryID, p.DeliveryID)
+		// Only a scheme that signs a timestamp has a replay window.
+		if v.Signature().ReplayWindow() > 0 {
+			setDefault(&v.Tolerance, signature.DefaultTolerance)
+		}
+		if v.Scheme == signature.HMACSHA256 {
+			setDefault(&v.Encoding, "hex")
+		}
 	}
 	if f := s.Forward; f != nil {
 		setDefault(&f.Timeout, 10*time.Second)
@@ -261,7 +321,15 @@ func (c *Config) Source(name string) (*Source, bool) {
 // Validate checks every field and returns all problems, each naming the
 // field and the rule it breaks.
 func (c *Config) Validate() error {
-	var problems []string
+	var problems []Problem
+	add := func(path, format string, args ...any) {
+		problems = append(problems, Problem{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	// fieldErr files an error of package signature, which reads "field: rule".
+	fieldErr := func(prefix string, err error) {
+		field, msg, _ := strings.Cut(err.Error(), ": ")
+		add(prefix+field, "%s", msg)
+	}
 	if err := validate.Struct(c); err != nil {
 		var fieldErrs validator.ValidationErrors
 		if !errors.As(err, &fieldErrs) {
@@ -272,38 +340,40 @@ func (c *Config) Validate() error {
 		}
 	}
 	for i, s := range c.Sources {
+		src := fmt.Sprintf("sources[%d].", i)
 		if s.Version != "" && s.Resource == "" {
-			problems = append(problems, fmt.Sprintf("sources[%d].resource: is required when version is set (the stale rule orders versions of one resource)", i))
+			add(src+"resource", "is required when version is set (the stale rule orders versions of one resource)")
 		}
-		if s.Resource != "" && s.Version == "" && s.VersionFormat != versioning.Integer {
-			problems = append(problems, fmt.Sprintf("sources[%d].version_format: set without version", i))
+		if s.Version == "" && s.VersionFormat != "" {
+			add(src+"version_format", "set without version")
 		}
 		if s.Verify != nil && slices.Contains(signature.Schemes(), s.Verify.Scheme) {
 			if _, err := signature.New(s.Verify.Signature()); err != nil {
-				problems = append(problems, fmt.Sprintf("sources[%d].verify.%v", i, err))
+				fieldErr(src+"verify.", err)
 			}
 		}
 		if s.Verify != nil {
 			// A copy sent again after its receipt expired, and still within
 			// tolerance, would be accepted and forwarded as new.
 			if w := s.Verify.Signature().ReplayWindow(); w >= c.ReceiptTTL {
-				problems = append(problems, fmt.Sprintf("sources[%d].verify.tolerance: a signed delivery passes for %s (the tolerance either side of its timestamp), not less than receipt_ttl %s: a copy sent after its receipt expired would be accepted again", i, w, c.ReceiptTTL))
+				add(src+"verify.tolerance", "a signed delivery passes for %s (the tolerance either side of its timestamp), not less than receipt_ttl %s: a copy sent after its receipt expired would be accepted again", w, c.ReceiptTTL)
 			}
 		}
 		if s.Name == UnknownSource {
-			problems = append(problems, fmt.Sprintf("sources[%d].name: %q is reserved: it is the metrics label of requests to no configured source", i, s.Name))
+			add(src+"name", "%q is reserved: it is the metrics label of requests to no configured source", s.Name)
 		}
 		if f := s.Forward; f != nil && f.MaxAttempts > 0 {
 			// An entry still retrying when its payload expires is
 			// dead-lettered without a body.
 			longest := addSat(mulSat(f.MaxAttempts-1, f.Backoff.Max), mulSat(f.MaxAttempts, f.Timeout))
 			if longest >= c.ReceiptTTL {
-				problems = append(problems, fmt.Sprintf("sources[%d].forward.max_attempts: retries may take up to %s (attempts × timeout and backoff.max), not less than receipt_ttl %s, which is how long the payload is kept", i, longest, c.ReceiptTTL))
+				add(src+"forward.max_attempts", "retries may take up to %s (attempts × timeout and backoff.max), not less than receipt_ttl %s, which is how long the payload is kept", longest, c.ReceiptTTL)
 			}
 		}
 		if s.Forward != nil && s.Forward.Sign != nil {
 			if _, err := signature.New(signature.Config{Scheme: signature.StandardWebhooks, Secrets: []string{s.Forward.Sign.Secret}}); err != nil {
-				problems = append(problems, fmt.Sprintf("sources[%d].forward.sign.secret: %v", i, strings.TrimPrefix(err.Error(), "secrets[0]: ")))
+				_, msg, _ := strings.Cut(err.Error(), ": ") // it names secrets[0], which is sign.secret here
+				add(src+"forward.sign.secret", "%s", msg)
 			}
 		}
 	}
@@ -313,37 +383,37 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// quotedValue is how yaml quotes a value in a type error: the start of it.
-// Where a list or a map was expected, that may be a secret expanded from
-// the environment (secrets, forward.headers); a number is named.
-var (
-	quotedValue   = regexp.MustCompile("`[^`]*`")
-	intoContainer = regexp.MustCompile(` into (\[\]|map\[|\*?configs\.)`)
-)
-
-// withoutValues drops the values that yaml's type errors quote where a
-// list, a map or a section was expected: the message still names the line
-// and the types, and goes to logs and CI output where a secret must not.
-func withoutValues(err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return err
-	}
-	lines := make([]string, len(te.Errors))
-	for i, e := range te.Errors {
-		lines[i] = e
-		if intoContainer.MatchString(e) {
-			lines[i] = quotedValue.ReplaceAllString(e, "a value")
-		}
-	}
-	return errors.New("yaml: unmarshal errors:\n  " + strings.Join(lines, "\n  "))
-}
-
 // ValidationError lists every problem found in a configuration.
-type ValidationError struct{ Problems []string }
+type ValidationError struct{ Problems []Problem }
 
 func (e *ValidationError) Error() string {
-	return "invalid configuration:\n  " + strings.Join(e.Problems, "\n  ")
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return "invalid configuration:\n  " + strings.Join(lines, "\n  ")
+}
+
+// Problem is one thing wrong with a configuration.
+type Problem struct {
+	// Path is the field's YAML path, e.g. sources[0].request_id; empty for
+	// the document as a whole.
+	Path string
+	// Line is where in the file the field, or the nearest section holding
+	// it, is; 0 when the file does not say.
+	Line int
+	Msg  string
+}
+
+func (p Problem) String() string {
+	s := p.Msg
+	if p.Path != "" {
+		s = p.Path + ": " + s
+	}
+	if p.Line > 0 {
+		s = fmt.Sprintf("line %d: %s", p.Line, s)
+	}
+	return s
 }
 
 // UnknownSource is the metrics label of requests to no configured source,
@@ -377,10 +447,7 @@ var (
 
 func newValidator() *validator.Validate {
 	v := validator.New(validator.WithRequiredStructEnabled())
-	v.RegisterTagNameFunc(func(f reflect.StructField) string {
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		return name
-	})
+	v.RegisterTagNameFunc(yamlName)
 	matches := func(re *regexp.Regexp) validator.Func {
 		return func(fl validator.FieldLevel) bool { return re.MatchString(fl.Field().String()) }
 	}
@@ -426,7 +493,7 @@ var rules = map[string]string{
 	"with_body":   "must be a status that carries a body (every answer is JSON); 204, 205 and 304 carry none",
 }
 
-func describe(fe validator.FieldError) string {
+func describe(fe validator.FieldError) Problem {
 	field := fe.Namespace()
 	if _, rest, ok := strings.Cut(field, "."); ok {
 		field = rest // drop the root type's name
@@ -444,9 +511,9 @@ func describe(fe validator.FieldError) string {
 		rule = "fails rule " + fe.Tag()
 	}
 	if got := fmt.Sprint(fe.Value()); got != "" && got != "0" && got != "[]" {
-		return fmt.Sprintf("%s: %s (got %s)", field, rule, got)
+		rule += " (got " + got + ")"
 	}
-	return fmt.Sprintf("%s: %s", field, rule)
+	return Problem{Path: field, Msg: rule}
 }
 
 var comparisons = map[string]string{"gt": "greater than", "gte": "at least", "min": "at least", "lt": "less than", "lte": "at most", "max": "at most"}

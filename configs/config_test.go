@@ -42,8 +42,8 @@ func TestParseAppliesDefaults(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", cfg)
 	}
 	s := cfg.Sources[0]
-	if s.VersionFormat != versioning.Integer {
-		t.Errorf("version_format default = %q", s.VersionFormat)
+	if s.VersionFormat != "" {
+		t.Errorf("version_format without a version = %q, want none", s.VersionFormat)
 	}
 	if s.Status(webhookd.Accepted) != 202 || s.Status(webhookd.Stale) != 200 || s.Status(webhookd.Conflict) != 422 || s.Status(webhookd.Duplicate) != 200 {
 		t.Error("default statuses wrong")
@@ -117,7 +117,8 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 		{"ttl too short", `{receipt_ttl: 10ms, sources: [{name: a, request_id: "json:id"}]}`, []string{"receipt_ttl: must be at least 1s"}},
 		{"bad listen", `{listen: "8080", sources: [{name: a, request_id: "json:id"}]}`, []string{"listen: must be host:port"}},
 		{"bad log level", `{log: {level: loud}, sources: [{name: a, request_id: "json:id"}]}`, []string{"log.level: must be one of: debug, info, warn, error"}},
-		{"unknown field", `{sources: [{name: a, request_id: "json:id", requestid: "json:x"}]}`, []string{"field requestid not found"}},
+		{"unknown field", `{sources: [{name: a, request_id: "json:id", requestid: "json:x"}]}`, []string{"sources[0].requestid: unknown field (did you mean request_id?)"}},
+		{"version format without version", `sources: [{name: a, request_id: "json:id", version_format: integer}]`, []string{"sources[0].version_format: set without version"}},
 		{"reserved source name", `sources: [{name: unknown, request_id: "json:id"}]`, []string{`sources[0].name: "unknown" is reserved`}},
 		{"retries that overflow the window check", `{sources: [{name: a, request_id: "json:id", forward: {url: "http://127.0.0.1:9/", max_attempts: 30000000, timeout: 1h, backoff: {max: 1000h}}}]}`, []string{"sources[0].forward.max_attempts: retries may take up to"}},
 		{"body too large to store", `{max_body: 67108864, sources: [{name: a, request_id: "json:id"}]}`, []string{"max_body: must be at most 33554432 (got 67108864)"}},
@@ -161,7 +162,7 @@ func TestTypeErrorsDoNotQuoteValues(t *testing.T) {
 		"tok-123456": `forward: { url: "http://127.0.0.1:9/", headers: "${WEBHOOKD_TEST_TOKEN}" }`,
 	} {
 		_, err := Parse([]byte("sources:\n  - name: a\n    request_id: json:id\n    " + field + "\n"))
-		if err == nil || !strings.Contains(err.Error(), "cannot unmarshal") || strings.Contains(err.Error(), secret) {
+		if err == nil || !strings.Contains(err.Error(), ": must be a ") || strings.Contains(err.Error(), secret) {
 			t.Errorf("%s: err = %v, want the type error without the value", field, err)
 		}
 	}
@@ -215,7 +216,7 @@ func TestVerifyPresetsAndValidation(t *testing.T) {
 		t.Errorf("explicit selector must win over the preset, the rest comes from it: %+v", s)
 	}
 	for yaml, want := range map[string]string{
-		`{name: a, verify: {scheme: stripe, secrets: ["${WEBHOOKD_TEST_UNSET}"]}}`:                  "sources[0].verify.secrets: at least one non-empty secret",
+		`{name: a, verify: {scheme: stripe, secrets: [""]}}`:                                        "sources[0].verify.secrets: at least one non-empty secret",
 		`{name: a, verify: {scheme: standard-webhooks, secrets: ["plain"]}}`:                        "sources[0].verify.secrets[0]:",
 		`{name: a, verify: {scheme: rot13}}`:                                                        "sources[0].verify.scheme: must be one of",
 		`{name: a, request_id: "json:id", forward: {url: "http://x", sign: {secret: "not-whsec"}}}`: "sources[0].forward.sign.secret:",

@@ -159,11 +159,3 @@ func assertNoSharing(t *testing.T, path string, a, b reflect.Value) {
 		}
 	}
 }
-
-func yamlName(f reflect.StructField) string {
-	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-	if name == "" {
-		return f.Name
-	}
-	return name
-}

@@ -81,9 +81,9 @@ func configNode(v reflect.Value) *yaml.Node {
 		n := &yaml.Node{Kind: yaml.MappingNode}
 		for i := range v.NumField() {
 			f := v.Type().Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if !f.IsExported() || name == "-" {
-				continue
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if !f.IsExported() || name == "-" || (opts == "omitempty" && v.Field(i).IsZero()) {
+				continue // an omitempty field is one that does not apply when empty
 			}
 			if name == "" {
 				name = strings.ToLower(f.Name) // yaml.v3's default key

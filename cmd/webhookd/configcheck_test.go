@@ -28,25 +28,33 @@ sources:
       sign: { secret: "whsec_c2lnbmluZy1zZWNyZXQtZm9yLXRlc3Rz" }
   - name: audit
     request_id: header:Idempotency-Key
+  - name: pay
+    verify: { scheme: stripe, secrets: ["stripe-verify-secret"] }
 `
 
-var checkedSecrets = []string{"admin-token-from-env", "gh-verify-secret-1", "gh-verify-secret-0", "downstream-credential", "c2lnbmluZy1zZWNyZXQ"}
+var checkedSecrets = []string{"admin-token-from-env", "gh-verify-secret-1", "gh-verify-secret-0", "downstream-credential", "c2lnbmluZy1zZWNyZXQ", "stripe-verify-secret"}
 
-// invalidConfig breaks four rules in four places.
+// invalidConfig breaks three rules, misspells a field and holds a value
+// that is not a duration.
 const invalidConfig = `
 listen: nope
-receipt_ttl: 10ms
+receipt_ttl: 1 week
 sources:
   - name: Bad Name
     request_id: x
+    delivery_idd: header:X-Id
 `
 
 var invalidProblems = []string{
-	"listen: must be host:port",
-	"receipt_ttl: must be at least 1s",
-	"sources[0].name: must be 1-64 lowercase letters",
-	"sources[0].request_id: must be json:<dotted.path> or header:<Name>",
+	"line 2: listen: must be host:port",
+	`line 3: receipt_ttl: "1 week" is not a duration (e.g. 90s, 15m or 168h)`,
+	"line 5: sources[0].name: must be 1-64 lowercase letters",
+	"line 6: sources[0].request_id: must be json:<dotted.path> or header:<Name>",
+	"line 7: sources[0].delivery_idd: unknown field (did you mean delivery_id?)",
 }
+
+// goWords are what a message naming Go's types rather than the file's would hold.
+var goWords = []string{"time.Duration", "configs.", "unmarshal", "!!str", "[]string"}
 
 func configCheckFile(t *testing.T, name, content string) string {
 	t.Helper()
@@ -91,10 +99,19 @@ func TestConfigCheckPrintsTheEffectiveConfigurationMasked(t *testing.T) {
 		"      timeout: 10s\n",
 		"        max: 10m0s\n",
 		"      Authorization: '****'\n",
+		"      stale: 200\n", // every decision's status
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
+	}
+	// Only what applies: a tolerance for stripe, which signs a timestamp,
+	// and none for github; no version format where there is no version.
+	if n := strings.Count(stdout, "      tolerance: 5m0s\n"); n != 1 {
+		t.Errorf("output shows the 5m tolerance %d times, want once (stripe):\n%s", n, stdout)
+	}
+	if strings.Contains(stdout, "version_format") {
+		t.Errorf("output shows a version_format for sources without a version:\n%s", stdout)
 	}
 
 	// The output is a configuration file: every key is a known field and
@@ -155,6 +172,11 @@ func TestConfigCheckListsEveryProblem(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", p, stderr)
 		}
 	}
+	for _, w := range goWords {
+		if strings.Contains(stderr, w) {
+			t.Errorf("stderr names Go's %q:\n%s", w, stderr)
+		}
+	}
 	if stdout != "" {
 		t.Errorf("an invalid configuration printed to stdout:\n%s", stdout)
 	}
@@ -167,9 +189,9 @@ func TestConfigCheckExitCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(path string) (code int, stdout, stderr string) {
+	run := func(args ...string) (code int, stdout, stderr string) {
 		var out, errOut bytes.Buffer
-		cmd := exec.Command(bin, "config", "check", "--config", path)
+		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		err := cmd.Run()
 		var exit *exec.ExitError
@@ -179,10 +201,11 @@ func TestConfigCheckExitCodes(t *testing.T) {
 		return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
 	}
 
-	if code, stdout, stderr := run(configCheckFile(t, "good.yaml", checkedConfig)); code != 0 || !strings.Contains(stdout, "- name: gh\n") {
+	if code, stdout, stderr := run("config", "check", "--config", configCheckFile(t, "good.yaml", checkedConfig)); code != 0 || !strings.Contains(stdout, "- name: gh\n") {
 		t.Errorf("valid configuration: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	code, stdout, stderr := run(configCheckFile(t, "bad.yaml", invalidConfig))
+	bad := configCheckFile(t, "bad.yaml", invalidConfig)
+	code, stdout, stderr := run("config", "check", "--config", bad)
 	if code != 1 || stdout != "" {
 		t.Errorf("invalid configuration: exit %d, stdout %q; want exit 1 and nothing on stdout", code, stdout)
 	}
@@ -190,5 +213,9 @@ func TestConfigCheckExitCodes(t *testing.T) {
 		if !strings.Contains(stderr, p) {
 			t.Errorf("stderr lacks %q:\n%s", p, stderr)
 		}
+	}
+	// serve refuses the file with the same words.
+	if code, _, serveErr := run("serve", "--config", bad); code != 1 || serveErr != stderr {
+		t.Errorf("serve on an invalid configuration: exit %d, stderr:\n%s\nwant exit 1 and config check's:\n%s", code, serveErr, stderr)
 	}
 }
