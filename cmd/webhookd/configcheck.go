@@ -17,9 +17,10 @@ import (
 
 func newConfigCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "config",
-		Short: "Inspect the configuration",
-		Args:  cobra.NoArgs,
+		Use:     "config",
+		Short:   "Inspect the configuration",
+		Example: "  webhookd config check --config configs/webhookd.yaml",
+		Args:    cobra.NoArgs,
 	}
 	cmd.AddCommand(newConfigCheckCommand())
 	return cmd
@@ -33,7 +34,11 @@ func newConfigCheckCommand() *cobra.Command {
 		Long: `Check loads the configuration exactly as serve does: defaults applied,
 ${NAME} expanded from the environment, every field validated. A valid
 configuration is printed to stdout as YAML with its secrets masked; an invalid
-one lists every problem on stderr and exits 1.`,
+one lists every problem on stderr, each with its line and YAML path, and
+exits 1.`,
+		Example: `  webhookd config check --config configs/webhookd.yaml
+  STRIPE_WEBHOOK_SECRET=whsec_... webhookd config check --config stripe.yaml
+  webhookd config check --config webhookd.yaml > /dev/null && echo valid`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(path, cmd.Flags().Changed("config"))

@@ -16,7 +16,9 @@ func newHealthCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "Exit 0 if the gateway (or any URL) answers 200, 1 otherwise",
-		Args:  cobra.NoArgs,
+		Example: `  webhookd health
+  webhookd health --url http://127.0.0.1:8080/readyz --timeout 1s`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client := &http.Client{Timeout: timeout}
 			resp, err := client.Get(url)

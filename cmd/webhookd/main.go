@@ -33,11 +33,16 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:          "webhookd",
-		Short:        "Webhook receiver gateway: deduplicates on the business request ID, refuses stale versions, forwards at least once",
+		Use:   "webhookd",
+		Short: "Webhook receiver gateway: deduplicates on the business request ID, refuses stale versions, forwards at least once",
+		Example: `  webhookd serve --config configs/webhookd.yaml
+  webhookd config check --config configs/webhookd.yaml
+  webhookd --version`,
+		Version:      buildVersion(),
 		SilenceUsage: true,
 	}
-	root.AddCommand(newServeCommand(), newConfigCommand(), newHealthCommand(), newReplayCommand(), newSinkCommand())
+	root.SetVersionTemplate("{{.Version}}")
+	root.AddCommand(newServeCommand(), newConfigCommand(), newHealthCommand(), newReplayCommand(), newSinkCommand(), newVersionCommand())
 	return root
 }
 
@@ -46,7 +51,13 @@ func newServeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gateway",
-		Args:  cobra.NoArgs,
+		Long: `Serve receives webhooks on listen, decides each (accepted, duplicate, stale,
+conflict), forwards the accepted ones downstream and answers the admin API on
+admin.listen, until SIGINT or SIGTERM. Without --config it reads
+configs/webhookd.yaml, or the embedded example when that file is absent.`,
+		Example: `  webhookd serve --config /etc/webhookd/webhookd.yaml
+  WEBHOOKD_ADMIN_TOKEN=s3cret webhookd serve`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(path, cmd.Flags().Changed("config"))
 			if err != nil {

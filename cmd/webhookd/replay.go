@@ -33,6 +33,10 @@ signature, so that a forgery stays one. With --expect, an answer whose
 decision or status differs from what its line records is a mismatch.
 
 Exits 1 when a line mismatched or got no usable answer.`,
+		Example: `  webhookd replay --file recording.jsonl --target http://127.0.0.1:8080
+  webhookd replay --file recording.jsonl --target http://127.0.0.1:8080 \
+    --config configs/webhookd.yaml --expect --report report.json
+  webhookd replay --file recording.jsonl --target http://staging:8080 --source stripe --rate 50/s --concurrency 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error

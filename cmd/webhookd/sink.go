@@ -23,6 +23,9 @@ It prints one line per request, counts arrivals per Idempotency-Key, flags a
 version of a resource that arrives after a newer one, checks signed
 forwarding with --verify-secret, and fails or delays requests on demand.
 GET /stats answers its counts as JSON.`,
+		Example: `  webhookd sink --listen 127.0.0.1:9000
+  webhookd sink --fail-first 2 --latency 50ms
+  webhookd sink --verify-secret whsec_c2VjcmV0LXNpZ25pbmcta2V5 --record forwarded.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(configs.Log{Level: "info", Format: "console"})
