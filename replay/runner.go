@@ -41,9 +41,9 @@ type Options struct {
 	Source string
 	// Timeout bounds each request; 0 means 30 seconds.
 	Timeout time.Duration
-	// Progress, when set, is called after each delivery with how many are
-	// done; calls never overlap.
-	Progress func(done, total int)
+	// Progress, when set, is called after each delivery with how far the
+	// replay has got; calls never overlap.
+	Progress func(Progress)
 }
 
 // Runner replays recorded deliveries against a target.
@@ -115,10 +115,11 @@ func (r *Runner) Run(ctx context.Context, lines []Line) (*Report, error) {
 	results := make([]*Result, len(lines))
 	jobs := make(chan int)
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		done int
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		progress = Progress{Total: len(lines), Expect: r.opts.Expect}
 	)
+	start := time.Now()
 	for range r.opts.Concurrency {
 		wg.Add(1)
 		go func() {
@@ -127,15 +128,21 @@ func (r *Runner) Run(ctx context.Context, lines []Line) (*Report, error) {
 				res := r.send(ctx, lines[i])
 				results[i] = &res
 				mu.Lock()
-				done++
+				progress.Sent++
+				if res.Mismatch {
+					progress.Mismatches++
+				}
+				if res.Decision == Failed {
+					progress.Errors++
+				}
 				if r.opts.Progress != nil {
-					r.opts.Progress(done, len(lines))
+					progress.Elapsed = time.Since(start)
+					r.opts.Progress(progress)
 				}
 				mu.Unlock()
 			}
 		}()
 	}
-	start := time.Now()
 	err := r.dispatch(ctx, jobs, len(lines), start)
 	close(jobs)
 	wg.Wait()

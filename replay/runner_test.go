@@ -147,7 +147,8 @@ func TestRunnerReportsMismatchesAndBadAnswers(t *testing.T) {
 			decide(w, r, body)
 		}
 	})
-	report := run(t, Options{Target: url, Expect: true}, lines(t, `
+	var progress []Progress
+	report := run(t, Options{Target: url, Expect: true, Progress: func(p Progress) { progress = append(progress, p) }}, lines(t, `
 {"path":"/hooks/a","body":"{}","decision":"accepted","status":202}
 {"path":"/hooks/a","body":"{}","decision":"duplicate","status":200}
 {"path":"/hooks/html","body":"{}","decision":"accepted"}
@@ -165,12 +166,27 @@ func TestRunnerReportsMismatchesAndBadAnswers(t *testing.T) {
 		{Rejected, 404, false},
 		{"stale", 200, true}, // decision matches, status does not
 	}
+	if len(progress) != len(want) {
+		t.Fatalf("%d progress calls for %d lines", len(progress), len(want))
+	}
+	mismatches, errs := 0, 0
 	for i, w := range want {
 		r := report.Results[i]
 		if r.Decision != w.decision || r.Status != w.status || r.Mismatch != w.mismatch {
 			t.Errorf("line %d: %+v, want %+v", r.Line, r, w)
 		}
+		// Progress counts as it goes what the summary counts at the end.
+		if w.mismatch {
+			mismatches++
+		}
+		if w.decision == Failed {
+			errs++
+		}
+		if p := progress[i]; p.Sent != i+1 || p.Total != len(want) || p.Mismatches != mismatches || p.Errors != errs || !p.Expect {
+			t.Errorf("progress after line %d: %+v, want %d sent, %d mismatches, %d errors", r.Line, p, i+1, mismatches, errs)
+		}
 	}
+
 	if e := report.Results[2].Error; !strings.Contains(e, "502") || !strings.Contains(e, "bad gateway") {
 		t.Errorf("error of a non-webhookd answer: %q", e)
 	}
@@ -366,7 +382,7 @@ func TestRunnerStopsWhenCancelled(t *testing.T) {
 	_, url := newTarget(t, decide)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := NewRunner(Options{Target: url, Progress: func(done, total int) { cancel() }})
+	r, err := NewRunner(Options{Target: url, Progress: func(Progress) { cancel() }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 func newReplayCommand() *cobra.Command {
 	var (
 		file, target, configPath, rate, source, reportPath string
+		progressEvery                                      time.Duration
 		opts                                               replay.Options
 	)
 	cmd := &cobra.Command{
@@ -31,6 +32,10 @@ verify signatures are re-signed with a fresh timestamp, since recorded
 signatures are too old for any receiver; a line that records a 401 keeps its
 signature, so that a forgery stays one. With --expect, an answer whose
 decision or status differs from what its line records is a mismatch.
+
+Progress (sent/total, rate, mismatches and errors so far, ETA) goes to
+stderr: one line redrawn in place on a terminal, a plain line every
+--progress-every otherwise.
 
 Exits 1 when a line mismatched or got no usable answer.`,
 		Example: `  webhookd replay --file recording.jsonl --target http://127.0.0.1:8080
@@ -49,9 +54,8 @@ Exits 1 when a line mismatched or got no usable answer.`,
 				}
 			}
 			opts.Target, opts.Source = target, source
-			if bar := progressBar(cmd.ErrOrStderr()); bar != nil {
-				opts.Progress = bar
-			}
+			progress := newProgressLine(cmd.ErrOrStderr(), progressEvery)
+			opts.Progress = progress.update
 			runner, err := replay.NewRunner(opts)
 			if err != nil {
 				return err
@@ -69,9 +73,7 @@ Exits 1 when a line mismatched or got no usable answer.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			report, runErr := runner.Run(ctx, lines)
-			if opts.Progress != nil {
-				fmt.Fprintln(cmd.ErrOrStderr())
-			}
+			progress.finish()
 			if source != "" && len(report.Results) == 0 && runErr == nil {
 				return fmt.Errorf("no line of %s is of source %q", file, source)
 			}
@@ -99,6 +101,7 @@ Exits 1 when a line mismatched or got no usable answer.`,
 	f.StringVar(&source, "source", "", "replay only the lines of this source")
 	f.StringVar(&reportPath, "report", "", "also write the per-line results and the summary to this file as JSON")
 	f.DurationVar(&opts.Timeout, "timeout", 30*time.Second, "timeout of each request")
+	f.DurationVar(&progressEvery, "progress-every", 10*time.Second, "when stderr is not a terminal, print a progress line this often (0: never); a terminal shows one line, redrawn")
 	cmd.MarkFlagRequired("file")
 	cmd.MarkFlagRequired("target")
 	return cmd
@@ -116,27 +119,53 @@ func parseRate(s string) (float64, error) {
 	return r, nil
 }
 
-// progressBar returns a progress callback drawing on w, or nil when w is
-// not a terminal: a bar in a log file or a pipe is only noise.
-func progressBar(w io.Writer) func(done, total int) {
-	f, ok := w.(*os.File)
-	if !ok {
-		return nil
-	}
-	info, err := f.Stat()
-	if err != nil || info.Mode()&os.ModeCharDevice == 0 {
-		return nil
-	}
-	const width = 30
-	last := -1
-	return func(done, total int) {
-		// Redraw once per percent: a terminal write per delivery would slow a fast replay.
-		pct := 100 * done / max(total, 1)
-		if pct == last {
+// progressLine shows a replay's progress on w. On a terminal it is one
+// line redrawn in place, at most every redraw. Elsewhere (a CI log, a
+// pipe) it is a plain line every interval, or none when interval is 0: a
+// long replay shows it is alive, without a line per delivery, and one
+// shorter than interval adds nothing to the summary.
+type progressLine struct {
+	w        io.Writer
+	terminal bool
+	interval time.Duration
+	last     time.Duration // Elapsed at the last line
+	drawn    bool
+}
+
+// redraw bounds terminal writes: one per delivery would slow a fast replay.
+const redraw = 100 * time.Millisecond
+
+func newProgressLine(w io.Writer, interval time.Duration) *progressLine {
+	return &progressLine{w: w, terminal: isTerminal(w), interval: interval}
+}
+
+func (l *progressLine) update(p replay.Progress) {
+	switch {
+	case l.terminal:
+		if l.drawn && p.Sent < p.Total && p.Elapsed-l.last < redraw {
 			return
 		}
-		last = pct
-		filled := width * done / max(total, 1)
-		fmt.Fprintf(f, "\r[%s%s] %d/%d", strings.Repeat("=", filled), strings.Repeat(" ", width-filled), done, total)
+		fmt.Fprintf(l.w, "\r%s\x1b[K", p) // erase what a longer line left
+	case l.interval <= 0 || p.Elapsed-l.last < l.interval:
+		return
+	default:
+		fmt.Fprintln(l.w, p)
 	}
+	l.last, l.drawn = p.Elapsed, true
+}
+
+// finish ends the line drawn in place, so that what follows starts on its own.
+func (l *progressLine) finish() {
+	if l.terminal && l.drawn {
+		fmt.Fprintln(l.w)
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }

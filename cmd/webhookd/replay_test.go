@@ -18,6 +18,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
 
@@ -182,7 +183,7 @@ func TestReplayWrongExpectationExitsOne(t *testing.T) {
 		fmt.Sprintf(`{"path":"/hooks/billing","body":%q,"decision":"accepted","status":202}`, body),
 		fmt.Sprintf(`{"path":"/hooks/billing","body":%q,"decision":"stale","status":200}`, body), // it is a duplicate
 	)
-	cmd := exec.Command(bin, "replay", "--file", file, "--target", "http://"+c.public, "--expect")
+	cmd := exec.Command(bin, "replay", "--file", file, "--target", "http://"+c.public, "--expect", "--progress-every", "1ns")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
@@ -195,6 +196,10 @@ func TestReplayWrongExpectationExitsOne(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "1 mismatches") {
 		t.Errorf("stderr: %s", stderr.String())
+	}
+	// stderr is a pipe: progress comes as plain lines, none redrawn.
+	if !regexp.MustCompile(`(?m)^2/2 sent \(100%\)  \S+/s  1 mismatch  0 errors  done$`).MatchString(stderr.String()) || strings.Contains(stderr.String(), "\r") {
+		t.Errorf("stderr lacks the last progress line, or redraws one:\n%q", stderr.String())
 	}
 }
 
@@ -414,5 +419,46 @@ func TestSinkCommand(t *testing.T) {
 	}
 	if want := "POST /orders key=k-1 version=7 bytes=8 -> 202\n"; stdout.String() != want {
 		t.Errorf("stdout %q, want %q", stdout.String(), want)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	at := func(sent int, elapsed time.Duration) replay.Progress {
+		return replay.Progress{Sent: sent, Total: 6, Elapsed: elapsed}
+	}
+	feed := func(l *progressLine) {
+		for i, e := range []time.Duration{time.Second, time.Second + 50*time.Millisecond, 10 * time.Second, 12 * time.Second, 21 * time.Second, 25 * time.Second} {
+			l.update(at(i+1, e))
+		}
+		l.finish()
+	}
+
+	// Not a terminal: a plain line each interval, the last one included.
+	var plain bytes.Buffer
+	l := newProgressLine(&plain, 10*time.Second)
+	if l.terminal {
+		t.Fatal("a buffer taken for a terminal")
+	}
+	feed(l)
+	if want := at(3, 10*time.Second).String() + "\n" + at(5, 21*time.Second).String() + "\n"; plain.String() != want {
+		t.Errorf("plain lines:\n%q\nwant:\n%q", plain.String(), want)
+	}
+	var none bytes.Buffer
+	feed(newProgressLine(&none, 0))
+	if none.Len() != 0 {
+		t.Errorf("--progress-every 0 printed %q", none.String())
+	}
+
+	// A terminal: one line redrawn in place, at most every redraw, and
+	// always at the end.
+	var term bytes.Buffer
+	feed(&progressLine{w: &term, terminal: true})
+	var want strings.Builder
+	for _, p := range []replay.Progress{at(1, time.Second), at(3, 10*time.Second), at(4, 12*time.Second), at(5, 21*time.Second), at(6, 25*time.Second)} {
+		want.WriteString("\r" + p.String() + "\x1b[K")
+	}
+	want.WriteString("\n")
+	if term.String() != want.String() {
+		t.Errorf("terminal:\n%q\nwant:\n%q", term.String(), want.String())
 	}
 }
