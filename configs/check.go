@@ -2,6 +2,7 @@ package configs
 
 import (
 	"cmp"
+	"encoding"
 	"fmt"
 	"maps"
 	"reflect"
@@ -77,6 +78,11 @@ func (c *checker) walk(n *yaml.Node, t reflect.Type, path string) {
 		}
 	}
 	switch {
+	case reflect.PointerTo(t).Implements(unmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType):
+		// A type that reads itself (a byte size, say) says what is wrong.
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			c.fail(path, n, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		}
 	case t.Kind() == reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			c.fail(path, n, "must be a section of fields, not %s", shape(n))
@@ -318,4 +324,8 @@ func distance(a, b string) int {
 	return prev[len(b)]
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType        = reflect.TypeFor[time.Duration]()
+	unmarshalerType     = reflect.TypeFor[yaml.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)

@@ -3,8 +3,10 @@ package configs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -177,4 +179,44 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("passed Parse (%+v) but not strict decoding: %v", cfg, err)
 		}
 	})
+}
+
+// byteSize reads itself, as a field type added to Config may.
+type byteSize int64
+
+func (b *byteSize) UnmarshalYAML(n *yaml.Node) error {
+	if n.Value != "1GiB" {
+		return fmt.Errorf("%q is not a size such as 1GiB", n.Value)
+	}
+	*b = 1 << 30
+	return nil
+}
+
+// The walk knows no field by name: a section added to Config is checked by
+// its tags, and a type that reads itself gives its own message.
+func TestCheckerReadsAnyStructByItsTags(t *testing.T) {
+	type storage struct {
+		Backend string   `yaml:"backend"`
+		MinFree byteSize `yaml:"min_free"`
+	}
+	type config struct {
+		Storage storage `yaml:"storage"`
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte("storage:\n  backend: badger\n  min_fre: 1GiB\n  min_free: lots\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	c := newChecker(nil)
+	c.walk(&doc, reflect.TypeFor[config](), "")
+	var got []string
+	for _, p := range c.sorted() {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"line 3: storage.min_fre: unknown field (did you mean min_free?)",
+		`line 4: storage.min_free: "lots" is not a size such as 1GiB`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%q\nwant:\n%q", got, want)
+	}
 }
