@@ -65,14 +65,12 @@ func (f *Forwarder) hostClient(r Route) (*fasthttp.HostClient, error) {
 		MaxResponseBodySize:    maxAnswer,
 		ReadBufferSize:         maxAnswerHeader,
 		DisablePathNormalizing: true,
-		// One more try on a fresh connection when a kept-alive one turns
-		// out closed: the downstream dropped it while idle. Every request
-		// carries its Idempotency-Key, so a repeat is safe; a timeout is
-		// not retried, the attempt's time is spent.
-		MaxIdemponentCallAttempts: 2,
-		RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
-			return false, f.ctx.Err() == nil && !errors.Is(err, fasthttp.ErrTimeout) && !errors.Is(err, errClosing)
-		},
+		// One send per attempt: fasthttp would send again on a fresh
+		// connection after an error, with the same Webhook-Attempt, to a
+		// downstream that may have read and acted on the first. A kept-alive
+		// connection the downstream dropped while idle costs an attempt,
+		// which the retry policy repeats.
+		MaxIdemponentCallAttempts: 1,
 	}, nil
 }
 

@@ -82,8 +82,10 @@ func TestRequestAndAnswerOnTheWire(t *testing.T) {
 }
 
 // A downstream that drops a kept-alive connection while it is idle costs
-// no attempt: the request goes again on a fresh connection.
-func TestDroppedIdleConnectionIsNotAFailedAttempt(t *testing.T) {
+// one attempt at most, which the retry policy repeats on a fresh
+// connection: fasthttp does not send again on its own (see
+// TestEverySendIsACountedAttempt).
+func TestDroppedIdleConnectionCostsOneAttempt(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, nil)
 	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
@@ -92,8 +94,8 @@ func TestDroppedIdleConnectionIsNotAFailedAttempt(t *testing.T) {
 	down.CloseClientConnections()
 	acceptRaw(t, s, "req-2", "application/json", "{}")
 	eventually(t, "second delivered", delivered(t, s, "req-2"))
-	if f := receipt(t, s, "billing", "req-2").Forward; f.Attempts != 1 {
-		t.Errorf("forward status = %+v, want delivered at the first attempt", f)
+	if f := receipt(t, s, "billing", "req-2").Forward; f.Attempts > 2 {
+		t.Errorf("forward status = %+v, want delivered at the first or second attempt", f)
 	}
 }
 
