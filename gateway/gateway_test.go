@@ -268,6 +268,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"request ID empty", "POST", "billing", billing("", "s", 1), nil, 400, "request_id", ""},
 		{"request ID too long", "POST", "billing", billing(long, "s", 1), nil, 400, "request_id", long},
 		{"request ID too long in bytes", "POST", "billing", billing(longRunes, "s", 1), nil, 400, "request_id", longRunes},
+		{"request ID only whitespace", "POST", "billing", billing(" \u00a0\u3000", "s", 1), nil, 400, "request_id", " \u00a0\u3000"},
 		{"request ID with a control character", "POST", "billing", billing("r\u0007x", "s", 1), nil, 400, "request_id", "r\u0007x"},
 		{"request ID is an object", "POST", "billing", `{"request_id":{"a":1},"data":{"object":{"id":"s","version":1}}}`, nil, 400, "request_id", ""},
 		{"request ID is null", "POST", "billing", `{"request_id":null,"data":{"object":{"id":"s","version":1}}}`, nil, 400, "request_id", ""},

@@ -25,51 +25,37 @@ import (
 // shorter.
 const maxIDLen = 256
 
-// selector finds one value in a delivery: a header, or a JSON path in the
+// selector finds one value in a delivery: a header, or a JSON field of the
 // body. The zero selector is "not configured".
 type selector struct {
 	name   string // as configured, for error messages
 	header string
-	path   string // gjson path, each segment escaped
+	field  int // the JSON field's id in the source's fields; 0 (the root) for none
 }
 
-func parseSelector(field, spec string) (selector, error) {
+func parseSelector(name, spec string, fs *fields) (selector, error) {
 	kind, arg, _ := strings.Cut(spec, ":")
 	switch {
 	case spec == "":
 		return selector{}, nil
 	case kind == "header" && arg != "":
-		return selector{name: field, header: arg}, nil
+		return selector{name: name, header: arg}, nil
 	case kind == "json" && arg != "":
-		return selector{name: field, path: jsonPath(arg)}, nil
+		return selector{name: name, field: fs.add(name, arg)}, nil
 	}
-	return selector{}, fmt.Errorf("%s: bad selector %q", field, spec)
+	return selector{}, fmt.Errorf("%s: bad selector %q", name, spec)
 }
 
-// jsonPath turns a dotted path into a gjson (and sjson) path that reads
-// every segment literally: a key may hold characters gjson treats as
-// syntax. gjson.Escape leaves a leading ':' alone, which sjson takes as
-// "this is an object key" and drops, so its deletes missed the key.
-func jsonPath(dotted string) string {
-	segs := strings.Split(dotted, ".")
-	for i, s := range segs {
-		segs[i] = gjson.Escape(s)
-		if strings.HasPrefix(s, ":") {
-			segs[i] = `\` + segs[i]
-		}
-	}
-	return strings.Join(segs, ".")
-}
-
-func (sel selector) configured() bool { return sel.header != "" || sel.path != "" }
+func (sel selector) configured() bool { return sel.header != "" || sel.field != 0 }
 
 // value returns the selected value, or "" when it is absent. JSON numbers
 // come back as written; objects, arrays, booleans and null are refused.
-func (sel selector) value(c *fiber.Ctx, body []byte) (string, error) {
+// values are the source's fields in the body.
+func (sel selector) value(c *fiber.Ctx, values []gjson.Result) (string, error) {
 	if sel.header != "" {
 		return strings.Clone(c.Get(sel.header)), nil
 	}
-	r := gjson.GetBytes(body, sel.path)
+	r := values[sel.field]
 	switch r.Type {
 	case gjson.Null:
 		if r.Exists() {
@@ -77,9 +63,9 @@ func (sel selector) value(c *fiber.Ctx, body []byte) (string, error) {
 		}
 		return "", nil
 	case gjson.String:
-		return r.Str, nil
+		return strings.Clone(r.Str), nil
 	case gjson.Number:
-		return r.Raw, nil
+		return strings.Clone(r.Raw), nil
 	}
 	return "", webhookd.FieldErrorf(sel.name, "%s must be a string or a number", sel.name)
 }
@@ -88,7 +74,8 @@ func (sel selector) value(c *fiber.Ctx, body []byte) (string, error) {
 type source struct {
 	*configs.Source
 	requestID, deliveryID, resource, version selector
-	exclude                                  []string
+	fields                                   fields
+	exclude                                  []string // sjson paths
 	needsJSON                                bool
 	verifier                                 signature.Verifier
 }
@@ -116,14 +103,14 @@ func compileSource(cfg *configs.Source) (*source, error) {
 		{&src.version, "version", cfg.Version},
 	} {
 		var err error
-		*f.sel, err = parseSelector(f.name, f.spec)
+		*f.sel, err = parseSelector(f.name, f.spec, &src.fields)
 		errs = append(errs, err)
-		src.needsJSON = src.needsJSON || f.sel.path != ""
 	}
 	for _, p := range cfg.FingerprintExclude {
+		src.fields.add(p, p)
 		src.exclude = append(src.exclude, jsonPath(p))
 	}
-	src.needsJSON = src.needsJSON || len(src.exclude) > 0
+	src.needsJSON = len(src.fields.nodes) > 0
 	return src, errors.Join(errs...)
 }
 
@@ -281,22 +268,31 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 	if err := src.verifier.Verify(fiberHeaders{c}, body, s.now()); err != nil {
 		return webhookd.Delivery{}, unauthorized(err)
 	}
-	if src.needsJSON && !gjson.ValidBytes(body) {
-		return webhookd.Delivery{}, webhookd.FieldErrorf("body", "body is not valid JSON")
+	var buf [maxStackFields]gjson.Result
+	values := buf[:0]
+	if src.needsJSON {
+		if !gjson.ValidBytes(body) {
+			return webhookd.Delivery{}, webhookd.FieldErrorf("body", "body is not valid JSON")
+		}
+		var dup *fieldNode
+		if values, dup = src.fields.walk(body, values); dup != nil {
+			return webhookd.Delivery{}, webhookd.FieldErrorf(dup.owner,
+				"key %q appears more than once in the body; a key webhookd reads must appear once", dup.path)
+		}
 	}
 	d := webhookd.Delivery{Source: src.Name, ReceivedAt: s.now()}
 	var err error
-	if d.RequestID, err = idValue(c, body, src.requestID, true); err != nil {
+	if d.RequestID, err = idValue(c, values, src.requestID, true); err != nil {
 		return d, err
 	}
-	if d.DeliveryID, err = idValue(c, body, src.deliveryID, false); err != nil {
+	if d.DeliveryID, err = idValue(c, values, src.deliveryID, false); err != nil {
 		return d, err
 	}
-	if d.Resource, err = idValue(c, body, src.resource, src.resource.configured()); err != nil {
+	if d.Resource, err = idValue(c, values, src.resource, src.resource.configured()); err != nil {
 		return d, err
 	}
 	if src.version.configured() {
-		if d.Version, err = src.version.value(c, body); err != nil {
+		if d.Version, err = src.version.value(c, values); err != nil {
 			return d, err
 		}
 		if d.Version == "" {
@@ -351,11 +347,11 @@ func passHeaders(c *fiber.Ctx, names []string) map[string]string {
 }
 
 // idValue reads an identifier and checks it can serve as a key.
-func idValue(c *fiber.Ctx, body []byte, sel selector, required bool) (string, error) {
+func idValue(c *fiber.Ctx, values []gjson.Result, sel selector, required bool) (string, error) {
 	if !sel.configured() {
 		return "", nil
 	}
-	v, err := sel.value(c, body)
+	v, err := sel.value(c, values)
 	if err != nil {
 		return "", err
 	}
@@ -373,9 +369,12 @@ func idValue(c *fiber.Ctx, body []byte, sel selector, required bool) (string, er
 
 // keyProblem says why v cannot serve as a key, or "" when it can. Checked
 // by hand rather than through the validator, which took 1 µs per request,
-// and measured in bytes, which is what a key costs.
+// and measured in bytes, which is what a key costs. A key of only
+// whitespace is refused as an empty one is: it names nothing.
 func keyProblem(v string) string {
 	switch {
+	case strings.TrimSpace(v) == "":
+		return "is only whitespace"
 	case len(v) > maxIDLen:
 		return fmt.Sprintf("is longer than %d bytes", maxIDLen)
 	case !printable(v):
