@@ -15,6 +15,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/gofiber/fiber/v2/utils"
+	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
@@ -83,6 +84,7 @@ type Server struct {
 	token   string
 	sources map[string]*source
 
+	maxBody             int
 	public, admin       *fiber.App
 	publicLn, adminLn   net.Listener
 	publicAddr, adminAd string
@@ -111,12 +113,15 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 		}
 		s.sources[src.Name] = src
 	}
-	s.public = s.newApp(cfg.MaxBody)
+	// Strict: "/hooks/billing/" is not source billing, it is no path at all.
+	s.public = s.newApp(fiber.Config{BodyLimit: cfg.MaxBody, StrictRouting: true, ErrorHandler: s.handlePublicError})
+	s.maxBody = cfg.MaxBody
+	guardBodies(s.public.Server(), cfg.MaxBody)
 	s.public.Get("/healthz", s.handleHealthz)
 	s.public.Get("/readyz", s.handleReadyz)
 	s.public.All("/hooks/:source", s.handleHook)
 
-	s.admin = s.newApp(64 << 10)
+	s.admin = s.newApp(fiber.Config{BodyLimit: 64 << 10, ErrorHandler: s.handleError})
 	// Registered before the token check: a route that answers ends the chain.
 	s.admin.Get("/metrics", func(c *fiber.Ctx) error { return adaptor.HTTPHandler(s.MetricsHandler)(c) })
 	s.admin.Use(s.requireToken)
@@ -135,27 +140,50 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 	return s, nil
 }
 
-func (s *Server) newApp(bodyLimit int) *fiber.App {
-	app := fiber.New(fiber.Config{
-		AppName:               "webhookd",
-		DisableStartupMessage: true,
-		BodyLimit:             bodyLimit,
-		ReadTimeout:           30 * time.Second,
-		WriteTimeout:          30 * time.Second,
-		IdleTimeout:           2 * time.Minute,
-		ErrorHandler:          s.handleError,
-	})
+// newApp builds an app with cfg's body limit, routing and error handler,
+// and what both apps share.
+func (s *Server) newApp(cfg fiber.Config) *fiber.App {
+	cfg.AppName = "webhookd"
+	cfg.DisableStartupMessage = true
+	cfg.ReadTimeout = 30 * time.Second
+	cfg.WriteTimeout = 30 * time.Second
+	cfg.IdleTimeout = 2 * time.Minute
+	app := fiber.New(cfg)
 	app.Use(recover.New(recover.Config{
 		EnableStackTrace: true,
 		StackTraceHandler: func(c *fiber.Ctx, e any) {
 			s.logger.Error("panic in handler", zap.String("path", c.Path()), zap.Any("panic", e), zap.Stack("stack"))
-			// The handler that would have counted the delivery did not return.
-			if source, ok := strings.CutPrefix(c.Path(), "/hooks/"); ok {
-				s.Metrics.Rejected(s.sourceLabel(source), "internal")
-			}
 		},
 	}))
 	return app
+}
+
+// refusedByServer marks a request the HTTP server refused before any route
+// ran: its body was over max_body, or its header too large or malformed.
+type refusedByServer struct{}
+
+// guardBodies makes srv refuse a body over maxBody before reading it, and
+// answer every request it refuses so that the client reads the answer:
+//   - a Content-Length over maxBody is refused as soon as the header is
+//     read, with 413 and no "100 Continue" first: without its Expect
+//     header, fasthttp checks the length before it waits for the body;
+//   - a refused connection is drained before it closes (drainConn), when
+//     it came from a drainListener.
+func guardBodies(srv *fasthttp.Server, maxBody int) {
+	srv.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		if h.ContentLength() > maxBody {
+			h.Del(fiber.HeaderExpect)
+		}
+		return fasthttp.RequestConfig{}
+	}
+	answer := srv.ErrorHandler // Fiber's: it calls the app's error handler
+	srv.ErrorHandler = func(ctx *fasthttp.RequestCtx, err error) {
+		if c, ok := ctx.Conn().(*drainConn); ok {
+			c.drainOnClose()
+		}
+		ctx.SetUserValue(refusedByServer{}, true)
+		answer(ctx, err)
+	}
 }
 
 // Public and Admin expose the apps, for tests through app.Test.
@@ -173,7 +201,7 @@ func (s *Server) Open() error {
 		s.publicLn.Close()
 		return fmt.Errorf("admin listen %s: %w", s.adminAd, err)
 	}
-	go s.serve(s.public, s.publicLn)
+	go s.serve(s.public, drainListener{Listener: s.publicLn, maxBytes: drainBytes(s.maxBody)})
 	go s.serve(s.admin, s.adminLn)
 	return nil
 }
@@ -245,10 +273,21 @@ func errorStatus(err error) (int, fiber.Map) {
 }
 
 // reasonOf names why a request was refused, for the rejection metric.
+// Fiber's errors are about the request as received: the HTTP server's
+// refusals (a body or a header too large, a request it could not parse or
+// finish reading) and the router's (no such path).
 func reasonOf(err error) string {
 	var fe *fiber.Error
-	if errors.As(err, &fe) && fe.Code == fiber.StatusRequestEntityTooLarge {
-		return "too_large"
+	if errors.As(err, &fe) {
+		switch fe.Code {
+		case fiber.StatusRequestEntityTooLarge, fiber.StatusRequestHeaderFieldsTooLarge:
+			return "too_large"
+		case fiber.StatusNotFound:
+			return "unknown_source"
+		case fiber.StatusRequestTimeout:
+			return "timeout"
+		}
+		return "invalid"
 	}
 	switch webhookd.ErrorCode(err) {
 	case webhookd.EUNAUTHORIZED:
@@ -278,14 +317,28 @@ func (s *Server) sourceLabel(name string) string {
 	return configs.UnknownSource
 }
 
+// handlePublicError counts, logs and marks the refusals that handleHook did
+// not decide: the HTTP server's own, a panic, a path under /hooks/ that no
+// route takes. The server's come before the request is whole, and may have
+// lost its path (fasthttp resets a request whose chunked body overruns):
+// those are counted under the unknown source.
+func (s *Server) handlePublicError(c *fiber.Ctx, err error) error {
+	source, hook := strings.CutPrefix(c.Path(), "/hooks/")
+	if c.GetRespHeader("Webhook-Decision") == "" && (hook || c.Locals(refusedByServer{}) != nil) {
+		status, _ := errorStatus(err)
+		reason := reasonOf(err)
+		s.Metrics.Rejected(s.sourceLabel(source), reason)
+		// The reason, not the error: a parse error's text quotes the
+		// request's bytes, credentials included.
+		s.logger.Info("delivery", zap.String("source", source), zap.String("decision", replay.Rejected), zap.Int("status", status), zap.String("reason", reason))
+		c.Set("Webhook-Decision", replay.Rejected)
+	}
+	return s.handleError(c, err)
+}
+
 // handleError is the one place that writes error responses.
 func (s *Server) handleError(c *fiber.Ctx, err error) error {
 	status, body := errorStatus(err)
-	if source, ok := strings.CutPrefix(c.Path(), "/hooks/"); ok && status == fiber.StatusRequestEntityTooLarge {
-		// Refused before any route ran (no params exist yet), so it is counted and logged here.
-		s.Metrics.Rejected(s.sourceLabel(source), reasonOf(err))
-		s.logger.Info("delivery", zap.String("source", source), zap.String("decision", "rejected"), zap.Int("status", status), zap.Error(err))
-	}
 	if status >= 500 {
 		s.logger.Error("request failed", zap.String("method", c.Method()), zap.String("path", c.Path()), zap.Int("status", status), zap.Error(err))
 	}

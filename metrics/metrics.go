@@ -45,7 +45,7 @@ func New(g Gauges) *Metrics {
 		}, []string{"source", "decision"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhookd_rejections_total",
-			Help: "Requests refused before a decision, by source and reason (signature, invalid, too_large, unknown_source, unavailable, internal).",
+			Help: "Requests refused before a decision, by source and reason (signature, invalid, too_large, encoding, timeout, unknown_source, unavailable, internal).",
 		}, []string{"source", "reason"}),
 		intake: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "webhookd_intake_duration_seconds",
