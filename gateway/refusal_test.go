@@ -84,6 +84,67 @@ func TestOversizedBodiesAlwaysGetTheir413(t *testing.T) {
 	}
 }
 
+// A Content-Length that lies, smaller than the body sent: the declared
+// bytes are the request, the rest cannot be parsed as the next one. The
+// sender reads both answers and sends its body whole, into the drain,
+// rather than into a reset.
+func TestBodyLongerThanItsContentLengthIsAnswered(t *testing.T) {
+	f := newFixtureFor(t, strings.Replace(testConfig, "max_body: 2048", "max_body: 1048576", 1), nil)
+	f.serve(t)
+	conn, err := net.Dial("tcp", f.server.PublicAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(conn, "POST /hooks/billing HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"+strings.Repeat("x", 10<<20))
+		sent <- err
+	}()
+	br := bufio.NewReader(conn)
+	for _, want := range []int{400, 431} { // the request's body lacks a request ID; the rest is a "header" without end
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading the answer that should be %d: %v", want, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || resp.Header.Get("Webhook-Decision") != "rejected" {
+			t.Errorf("got %d Webhook-Decision=%q, want %d rejected", resp.StatusCode, resp.Header.Get("Webhook-Decision"), want)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Errorf("sending: %v", err)
+	}
+}
+
+// The drain is bounded: a sender that goes on and on past 16 × max_body
+// is cut off, after its answer.
+func TestDrainIsBounded(t *testing.T) {
+	f := newFixture(t, nil) // max_body 2048: the drain ends after 32 KiB
+	f.serve(t)
+	conn, err := net.Dial("tcp", f.server.PublicAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(conn, "POST /hooks/billing HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n\r\n"+strings.Repeat("x", 64<<20))
+		sent <- err
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 {
+		t.Errorf("got %d, want 413", resp.StatusCode)
+	}
+	if err := <-sent; err == nil {
+		t.Error("64 MiB past the answer were all taken in")
+	}
+}
+
 // A client that asks before it sends a body over max_body hears 413 at
 // once, never "100 Continue".
 func TestDeclaredOversizedBodyIsRefusedBeforeContinue(t *testing.T) {
