@@ -36,6 +36,9 @@ func decide(dup dedupe.Outcome, ordering versioning.Ordering) webhookd.Decision 
 // resource's latest version and the outbox entry, in one transaction. It
 // returns once that transaction is synced to disk.
 func (s *Store) Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error) {
+	if err := s.space.refusal(); err != nil {
+		return webhookd.Outcome{}, err
+	}
 	var out webhookd.Outcome
 	err := s.update(func(t *tx) error {
 		var err error

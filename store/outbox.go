@@ -342,6 +342,9 @@ func (t *tx) setForward(source, requestID string, firstSeen time.Time, status we
 // RetryDeadLetter puts a dead letter back into the outbox with its attempts
 // reset.
 func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) error {
+	if err := s.space.refusal(); err != nil {
+		return err
+	}
 	now := time.Now()
 	err := s.update(func(t *tx) error {
 		key := deadKey(source, requestID)
@@ -411,6 +414,9 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string)
 // Redeliver forwards an accepted request again, with the same
 // Idempotency-Key, for a downstream that lost it.
 func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
+	if err := s.space.refusal(); err != nil {
+		return err
+	}
 	now := time.Now()
 	err := s.update(func(t *tx) error {
 		var r dedupe.Receipt

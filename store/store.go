@@ -37,6 +37,10 @@ type Store struct {
 	// MemoryLimit is the soft limit of the process's heap in bytes (0:
 	// none). Badger's memtables and tables are sized from it (tableSizes).
 	MemoryLimit int64
+	// MinFree is the free space, in bytes, the store keeps in Path: new
+	// decisions are refused below it (space.go). 0: Reserve of Badger's
+	// sizes.
+	MinFree int64
 
 	db        *badger.DB
 	ops       chan *op
@@ -53,6 +57,7 @@ type Store struct {
 	nextSeq uint64       // next outbox position; owned by the writer goroutine
 	latest  *latestCache // owned by the writer goroutine
 	tail    tail         // outbox entries committed since Open, for Pending
+	space   space
 
 	memTableSize int64                   // Badger's default when 0; tests shrink it to force batch splits
 	commitTxn    func(*badger.Txn) error // Txn.Commit; tests make it fail as a disk does
@@ -107,6 +112,9 @@ func (s *Store) Open() error {
 		s.Logger.Info("badger sized from the soft memory limit", zap.Int64("memory_limit_bytes", s.MemoryLimit),
 			zap.Int64("memtable_bytes", opts.MemTableSize), zap.Int("table_size_multiplier", opts.TableSizeMultiplier))
 	}
+	if err := s.openSpace(opts); err != nil {
+		return err
+	}
 	db, err := openBadger(opts)
 	if err != nil {
 		return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "open store " + s.Path, Err: err}
@@ -120,7 +128,8 @@ func (s *Store) Open() error {
 	s.tail.from = s.nextSeq
 	s.latest = newLatestCache(latestCacheSize)
 	s.ops = make(chan *op, s.MaxBatch)
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go s.watchSpace()
 	go s.write()
 	go s.collectGarbage()
 	go s.adviseLogs()
@@ -145,8 +154,16 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Ready reports whether the store takes operations.
+// Ready reports whether the store takes new decisions.
 func (s *Store) Ready() error {
+	if err := s.readable(); err != nil {
+		return err
+	}
+	return s.space.refusal()
+}
+
+// readable reports whether the store answers reads.
+func (s *Store) readable() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed || s.db == nil || s.db.IsClosed() {
@@ -203,7 +220,7 @@ func (s *Store) update(stage func(t *tx) error) error {
 
 // view runs fn in a read-only transaction.
 func (s *Store) view(fn func(txn *badger.Txn) error) error {
-	if err := s.Ready(); err != nil {
+	if err := s.readable(); err != nil {
 		return err
 	}
 	if err := s.db.View(fn); err != nil {
