@@ -37,6 +37,7 @@ func Example() []byte { return bytes.Clone(example) }
 type Config struct {
 	Listen          string        `yaml:"listen" validate:"required,listen"`
 	DataDir         string        `yaml:"data_dir" validate:"required"`
+	Storage         Storage       `yaml:"storage"`
 	ReceiptTTL      time.Duration `yaml:"receipt_ttl" validate:"gte=1s"`
 	MaxBody         int           `yaml:"max_body" validate:"gt=0,lte=33554432"` // Badger refuses values over 64 MiB
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" validate:"gt=0"`
@@ -46,6 +47,15 @@ type Config struct {
 	// that does not set its own.
 	Record  *Record  `yaml:"record"`
 	Sources []Source `yaml:"sources" validate:"required,min=1,unique=Name,dive"`
+}
+
+// Storage configures the store in data_dir.
+type Storage struct {
+	// MinFree is the free space, in bytes, kept in data_dir for what Badger
+	// may still write: below it new decisions are refused with 503 until
+	// there is more, and webhookd does not start. 0 derives it from
+	// Badger's sizes (store.Reserve).
+	MinFree int64 `yaml:"min_free" validate:"gte=0"`
 }
 
 // Record configures recording of incoming requests for replay testing.

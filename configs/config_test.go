@@ -41,6 +41,9 @@ func TestParseAppliesDefaults(t *testing.T) {
 	if cfg.ReceiptTTL != 168*time.Hour || cfg.MaxBody != 1<<20 || cfg.Log.Level != "info" {
 		t.Errorf("defaults not applied: %+v", cfg)
 	}
+	if cfg.Storage.MinFree != 0 {
+		t.Errorf("storage.min_free default = %d, want 0 (derived from Badger's sizes)", cfg.Storage.MinFree)
+	}
 	s := cfg.Sources[0]
 	if s.VersionFormat != "" {
 		t.Errorf("version_format without a version = %q, want none", s.VersionFormat)
@@ -122,6 +125,7 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 		{"reserved source name", `sources: [{name: unknown, request_id: "json:id"}]`, []string{`sources[0].name: "unknown" is reserved`}},
 		{"retries that overflow the window check", `{sources: [{name: a, request_id: "json:id", forward: {url: "http://127.0.0.1:9/", max_attempts: 30000000, timeout: 1h, backoff: {max: 1000h}}}]}`, []string{"sources[0].forward.max_attempts: retries may take up to"}},
 		{"body too large to store", `{max_body: 67108864, sources: [{name: a, request_id: "json:id"}]}`, []string{"max_body: must be at most 33554432 (got 67108864)"}},
+		{"negative reserve", `{storage: {min_free: -1}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.min_free: must be at least 0 (got -1)"}},
 		{"every problem at once", `{max_body: 0, sources: [{name: a}]}`, []string{"max_body: must be greater than 0", "sources[0].request_id: is required"}},
 	}
 	for _, tt := range tests {

@@ -22,6 +22,17 @@ type Gauges struct {
 	DeadLetters func() (map[string]int, error)
 	// StoreSizes returns the Badger LSM tree and value log sizes in bytes.
 	StoreSizes func() (lsm, vlog int64)
+	// Disk returns the data directory's free space as the store last read it.
+	Disk func() Disk
+}
+
+// Disk is the data directory's free space and the reserve kept in it.
+type Disk struct {
+	Free    int64  // free bytes
+	Ballast int64  // bytes of the ballast, which webhookd frees when space runs low
+	Reserve int64  // new decisions are refused while Free+Ballast is under it
+	Low     bool   // they are refused now
+	Lows    uint64 // how often the space ran under the reserve since start
 }
 
 // Metrics holds webhookd's collectors in their own registry.
@@ -103,6 +114,11 @@ var (
 	deadDesc    = prometheus.NewDesc("webhookd_dead_letters", "Dead letters waiting for an operator, by source.", []string{"source"}, nil)
 	lsmDesc     = prometheus.NewDesc("webhookd_badger_lsm_bytes", "Size of Badger's LSM tree on disk.", nil, nil)
 	vlogDesc    = prometheus.NewDesc("webhookd_badger_vlog_bytes", "Size of Badger's value log on disk.", nil, nil)
+	freeDesc    = prometheus.NewDesc("webhookd_disk_free_bytes", "Free space of the data directory's filesystem.", nil, nil)
+	ballastDesc = prometheus.NewDesc("webhookd_disk_ballast_bytes", "Space webhookd holds in its ballast file and frees when space runs low; counted as free against the reserve.", nil, nil)
+	reserveDesc = prometheus.NewDesc("webhookd_disk_reserve_bytes", "Free space (ballast included) below which new decisions are refused (storage.min_free).", nil, nil)
+	lowDesc     = prometheus.NewDesc("webhookd_disk_low", "1 while new decisions are refused for lack of free space in the data directory, else 0.", nil, nil)
+	lowsDesc    = prometheus.NewDesc("webhookd_disk_low_total", "Times the free space of the data directory ran under the reserve.", nil, nil)
 )
 
 // gauges reads Gauges at scrape time.
@@ -113,6 +129,11 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- deadDesc
 	ch <- lsmDesc
 	ch <- vlogDesc
+	ch <- freeDesc
+	ch <- ballastDesc
+	ch <- reserveDesc
+	ch <- lowDesc
+	ch <- lowsDesc
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
@@ -126,6 +147,16 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	lsm, vlog := g.StoreSizes()
 	ch <- prometheus.MustNewConstMetric(lsmDesc, prometheus.GaugeValue, float64(lsm))
 	ch <- prometheus.MustNewConstMetric(vlogDesc, prometheus.GaugeValue, float64(vlog))
+	d := g.Disk()
+	low := 0.0
+	if d.Low {
+		low = 1
+	}
+	ch <- prometheus.MustNewConstMetric(freeDesc, prometheus.GaugeValue, float64(d.Free))
+	ch <- prometheus.MustNewConstMetric(ballastDesc, prometheus.GaugeValue, float64(d.Ballast))
+	ch <- prometheus.MustNewConstMetric(reserveDesc, prometheus.GaugeValue, float64(d.Reserve))
+	ch <- prometheus.MustNewConstMetric(lowDesc, prometheus.GaugeValue, low)
+	ch <- prometheus.MustNewConstMetric(lowsDesc, prometheus.CounterValue, float64(d.Lows))
 }
 
 // perSource sends one series per source in counts or in g.Sources.

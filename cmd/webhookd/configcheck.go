@@ -54,10 +54,16 @@ exits 1.`,
 
 // writeConfig prints cfg as YAML that configs.Parse reads back.
 func writeConfig(w io.Writer, cfg *configs.Config) error {
+	root := configNode(reflect.ValueOf(cfg))
+	if cfg.Storage.MinFree == 0 {
+		// The reserve is derived from Badger's sizes, which depend on the
+		// memory limit serve runs under, not on the file.
+		value(value(root, "storage"), "min_free").LineComment = "derived when serve starts, which logs it (reserve_bytes)"
+	}
 	doc := &yaml.Node{
 		Kind:        yaml.DocumentNode,
 		HeadComment: "Effective webhookd configuration: defaults applied, ${NAME} expanded, secrets masked.",
-		Content:     []*yaml.Node{configNode(reflect.ValueOf(cfg))},
+		Content:     []*yaml.Node{root},
 	}
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
@@ -122,6 +128,16 @@ func configNode(v reflect.Value) *yaml.Node {
 		}
 		return &n
 	}
+}
+
+// value returns the value of key in the mapping n.
+func value(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	panic("configuration has no field " + key)
 }
 
 func yamlString(s string) *yaml.Node {

@@ -219,3 +219,20 @@ func TestConfigCheckExitCodes(t *testing.T) {
 		t.Errorf("serve on an invalid configuration: exit %d, stderr:\n%s\nwant exit 1 and config check's:\n%s", code, serveErr, stderr)
 	}
 }
+
+// The reserve that serve derives is not in the file, so the output says
+// where to read it; a configured one is printed as it is.
+func TestConfigCheckSaysWhereTheDerivedReserveIs(t *testing.T) {
+	for _, tc := range []struct{ config, want string }{
+		{checkedConfig, "\n  min_free: 0 # derived when serve starts, which logs it (reserve_bytes)\n"},
+		{checkedConfig + "storage: { min_free: 1073741824 }\n", "\n  min_free: 1073741824\n"},
+	} {
+		stdout, stderr, err := execRoot(t, "config", "check", "--config", configCheckFile(t, "webhookd.yaml", tc.config))
+		if err != nil {
+			t.Fatalf("config check: %v\n%s", err, stderr)
+		}
+		if !strings.Contains(stdout, tc.want) {
+			t.Errorf("output lacks %q:\n%s", tc.want, stdout)
+		}
+	}
+}

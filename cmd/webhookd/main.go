@@ -174,6 +174,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Store.ReceiptTTL = m.Config.ReceiptTTL
 	m.Store.Logger = m.Logger.Named("store")
 	m.Store.MemoryLimit = softMemoryLimit()
+	m.Store.MinFree = m.Config.Storage.MinFree
 	if err := m.Store.Open(); err != nil {
 		return err
 	}
@@ -187,6 +188,10 @@ func (m *Main) Run(ctx context.Context) error {
 		OutboxPending: m.Forwarder.Pending,
 		DeadLetters:   m.Store.DeadLetterCounts,
 		StoreSizes:    m.Store.Sizes,
+		Disk: func() metrics.Disk {
+			d := m.Store.Space()
+			return metrics.Disk{Free: d.Free, Ballast: d.Ballast, Reserve: d.Reserve, Low: d.Low, Lows: d.Lows}
+		},
 	})
 	m.Forwarder.Metrics = met
 	if err := m.Forwarder.Open(); err != nil {

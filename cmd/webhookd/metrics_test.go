@@ -59,12 +59,15 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		`webhookd_outbox_pending{source="billing"} 0`,
 		`webhookd_dead_letters{source="billing"} 0`,
 		`webhookd_dead_letters{source="audit"} 0`,
+		`webhookd_disk_low 0`,
+		`webhookd_disk_low_total 0`,
 	} {
 		if !strings.Contains(exposition, line+"\n") {
 			t.Errorf("/metrics lacks %q in\n%s", line, exposition)
 		}
 	}
-	for _, name := range []string{"webhookd_badger_lsm_bytes", "webhookd_badger_vlog_bytes", "go_goroutines", "process_resident_memory_bytes"} {
+	for _, name := range []string{"webhookd_badger_lsm_bytes", "webhookd_badger_vlog_bytes",
+		"webhookd_disk_free_bytes", "webhookd_disk_ballast_bytes", "webhookd_disk_reserve_bytes", "go_goroutines", "process_resident_memory_bytes"} {
 		if !strings.Contains(exposition, "\n"+name+" ") {
 			t.Errorf("/metrics lacks %s", name)
 		}
