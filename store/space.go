@@ -76,9 +76,10 @@ func Reserve(opts badger.Options) int64 {
 // store's before Open, and where the free space cannot be read.
 type space struct {
 	dir     string
-	reserve int64 // refuse below this
-	resume  int64 // take decisions again from this: above the reserve, so that one write does not flap it
-	ballast int64 // the ballast's size when held
+	reserve int64  // refuse below this
+	from    string // where reserve comes from, for the error at Open
+	resume  int64  // take decisions again from this: above the reserve, so that one write does not flap it
+	ballast int64  // the ballast's size when held
 	logger  *zap.Logger
 	statfs  func(dir string) (int64, error) // free bytes; tests replace it
 
@@ -109,13 +110,14 @@ func (s *Store) Space() SpaceStatus {
 // opens: opening replays memtable logs, and a flush of them on a full disk
 // would fault.
 func (s *Store) openSpace(opts badger.Options) error {
-	reserve := s.MinFree
+	reserve, from := s.MinFree, "storage.min_free"
 	if reserve <= 0 {
-		reserve = Reserve(opts)
+		reserve, from = Reserve(opts), "derived from Badger's sizes, or set as storage.min_free"
 	}
 	s.space = space{
 		dir:     s.Path,
 		reserve: reserve,
+		from:    from,
 		resume:  reserve + reserve/8,
 		ballast: min(2*opts.MemTableSize, reserve/2),
 		logger:  s.Logger,
@@ -146,8 +148,8 @@ func (g *space) open() error {
 	g.free.Store(free)
 	if free += g.held.Load(); free < g.reserve {
 		return &webhookd.Error{Code: webhookd.EUNAVAILABLE,
-			Message: fmt.Sprintf("data_dir %s has %d bytes free, and webhookd needs %d (storage.min_free) before it starts: free some space or set a smaller storage.min_free",
-				g.dir, free, g.reserve)}
+			Message: fmt.Sprintf("data_dir %s has %d bytes free, and webhookd needs %d (%s) before it starts: free some space or set a smaller storage.min_free",
+				g.dir, free, g.reserve, g.from)}
 	}
 	if err := g.hold(); err != nil {
 		return fmt.Errorf("fill the ballast %s: %w", g.path(), err)

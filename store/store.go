@@ -38,8 +38,8 @@ type Store struct {
 	// none). Badger's memtables and tables are sized from it (tableSizes).
 	MemoryLimit int64
 	// MinFree is the free space, in bytes, the store keeps in Path: new
-	// decisions are refused below it (space.go). 0: Reserve of Badger's
-	// sizes.
+	// decisions are refused below it (space.go). 0 derives it from
+	// Badger's sizes (Reserve).
 	MinFree int64
 
 	db        *badger.DB
