@@ -37,13 +37,15 @@ GET /stats answers its counts as JSON.`,
 			if err != nil {
 				return err
 			}
+			// Signals are caught before the listener opens: a SIGTERM sent as
+			// soon as the sink answers must shut it down, not kill it.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
 			if err := s.Open(); err != nil {
 				s.Close()
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "sink listening on %s (stats: GET %s/stats)\n", s.Addr(), s.URL())
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
 			<-ctx.Done()
 			closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
