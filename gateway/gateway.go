@@ -64,6 +64,31 @@ func (nopMetrics) Decided(string, webhookd.Decision) {}
 func (nopMetrics) Rejected(string, string)           {}
 func (nopMetrics) Answered(string, time.Duration)    {}
 
+// Observer is told of each request the public listener answers, as it is
+// answered: the console's live tail and recent history. It runs on the
+// intake path, so it must not block, and it must not keep d.Body or
+// d.Headers, which point into the request.
+type Observer interface {
+	// Decided is told of a decided delivery.
+	Decided(d webhookd.Delivery, out webhookd.Outcome)
+	// Rejected is told of a request refused before a decision, why
+	// (the rejections metric's reason) and what its sender read. source is
+	// bounded as the Metrics' label is; d holds what was parsed before the
+	// refusal, often nothing.
+	Rejected(source string, d webhookd.Delivery, reason, message string)
+}
+
+// nopObserver is the Observer of a gateway without a console.
+type nopObserver struct{}
+
+func (nopObserver) Decided(webhookd.Delivery, webhookd.Outcome)        {}
+func (nopObserver) Rejected(string, webhookd.Delivery, string, string) {}
+
+// noConsole is the Console of a gateway built without one.
+func noConsole(*fiber.Ctx) error {
+	return webhookd.Errorf(webhookd.ENOTFOUND, "the console is not served by this gateway")
+}
+
 // Server runs the public and the admin listener.
 type Server struct {
 	// Metrics counts deliveries; MetricsHandler serves GET /metrics on the
@@ -71,6 +96,12 @@ type Server struct {
 	// both before Open.
 	Metrics        Metrics
 	MetricsHandler http.Handler
+
+	// Observer is told of every answered delivery; Console serves /ui/ on
+	// the admin listener and checks credentials itself (a session cookie,
+	// or the token). Set both before Open.
+	Observer Observer
+	Console  fiber.Handler
 
 	// Recorders maps a source name to where its requests are recorded; the
 	// key "" records requests for unknown sources. A source without an
@@ -97,6 +128,8 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 	s := &Server{
 		Metrics:        nopMetrics{},
 		MetricsHandler: http.NotFoundHandler(),
+		Observer:       nopObserver{},
+		Console:        noConsole,
 		logger:         logger,
 		decider:        decider,
 		records:        records,
@@ -124,6 +157,8 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 	s.admin = s.newApp(fiber.Config{BodyLimit: 64 << 10, ErrorHandler: s.handleError})
 	// Registered before the token check: a route that answers ends the chain.
 	s.admin.Get("/metrics", func(c *fiber.Ctx) error { return adaptor.HTTPHandler(s.MetricsHandler)(c) })
+	s.admin.Get("/", func(c *fiber.Ctx) error { return c.Redirect("/ui/", fiber.StatusFound) })
+	s.admin.All("/ui/*", func(c *fiber.Ctx) error { return s.Console(c) })
 	s.admin.Use(s.requireToken)
 	s.admin.Get("/admin/receipts/:source/:request_id", s.handleGetReceipt)
 	s.admin.Get("/admin/resources/:source/:resource", s.handleGetResource)
@@ -272,6 +307,14 @@ func errorStatus(err error) (int, fiber.Map) {
 	return statuses[webhookd.ErrorCode(err)], body
 }
 
+// answerOf is what the caller of a refused request read: errorStatus's
+// words, never a parse error's, which quote the request.
+func answerOf(err error) string {
+	_, body := errorStatus(err)
+	msg, _ := body["error"].(string)
+	return msg
+}
+
 // reasonOf names why a request was refused, for the rejection metric.
 // Fiber's errors are about the request as received: the HTTP server's
 // refusals (a body or a header too large, a request it could not parse or
@@ -327,7 +370,9 @@ func (s *Server) handlePublicError(c *fiber.Ctx, err error) error {
 	if c.GetRespHeader("Webhook-Decision") == "" && (hook || c.Locals(refusedByServer{}) != nil) {
 		status, _ := errorStatus(err)
 		reason := reasonOf(err)
-		s.Metrics.Rejected(s.sourceLabel(source), reason)
+		label := s.sourceLabel(source)
+		s.Metrics.Rejected(label, reason)
+		s.Observer.Rejected(label, webhookd.Delivery{}, reason, answerOf(err))
 		// The reason, not the error: a parse error's text quotes the
 		// request's bytes, credentials included.
 		s.logger.Info("delivery", zap.String("source", source), zap.String("decision", replay.Rejected), zap.Int("status", status), zap.String("reason", reason))

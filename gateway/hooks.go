@@ -138,10 +138,13 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 	if err != nil {
 		status, _ = errorStatus(err)
 		decision = replay.Rejected
-		s.Metrics.Rejected(label, reasonOf(err))
+		reason := reasonOf(err)
+		s.Metrics.Rejected(label, reason)
+		s.Observer.Rejected(label, d, reason, answerOf(err))
 	} else {
 		status = src.Status(out.Decision)
 		s.Metrics.Decided(label, out.Decision)
+		s.Observer.Decided(d, out)
 	}
 	took := time.Since(start)
 	s.Metrics.Answered(label, took)
