@@ -1,0 +1,552 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/store"
+)
+
+const token = "s3cret-token"
+
+// clock is a settable time, for sessions and the per-minute history.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+type fixture struct {
+	t       *testing.T
+	console *Console
+	store   *store.Store
+	clock   *clock
+	app     *fiber.App
+}
+
+// sources: billing forwards and dead-letters at its first refusal, ledger
+// forwards and retries for an hour, audit records only.
+var sources = []Source{{Name: "billing", Forwards: true}, {Name: "ledger", Forwards: true}, {Name: "audit"}}
+
+func newFixture(t *testing.T, token string) *fixture {
+	t.Helper()
+	st := store.New(t.TempDir())
+	st.Logger = zaptest.NewLogger(t)
+	if err := st.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clk := &clock{t: time.Now().UTC()}
+	c := newConsole(token, sources, st, zaptest.NewLogger(t), clk.now)
+	t.Cleanup(c.Close)
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.All("/ui/*", c.Handle)
+	return &fixture{t: t, console: c, store: st, clock: clk, app: app}
+}
+
+// forwarding starts a forwarder to a downstream that refuses everything:
+// billing's entries become dead letters, ledger's wait for their next
+// attempt in an hour.
+func (f *fixture) forwarding() {
+	f.t.Helper()
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+	}))
+	f.t.Cleanup(down.Close)
+	fw := forward.New(f.store, map[string]forward.Route{
+		"billing": {URL: down.URL, Timeout: time.Second, Concurrency: 1, Policy: forward.RetryPolicy{MaxAttempts: 1, Initial: time.Millisecond, Max: time.Millisecond}},
+		"ledger":  {URL: down.URL, Timeout: time.Second, Concurrency: 1, Policy: forward.RetryPolicy{MaxAttempts: 100, Initial: time.Hour, Max: time.Hour}},
+	}, zaptest.NewLogger(f.t))
+	fw.Metrics = f.console
+	if err := fw.Open(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { fw.Close(context.Background()) })
+}
+
+// deliver decides d as the gateway would, and tells the console.
+func (f *fixture) deliver(source, requestID, deliveryID, resource, version string) webhookd.Outcome {
+	f.t.Helper()
+	d := webhookd.Delivery{Source: source, RequestID: requestID, DeliveryID: deliveryID, Resource: resource, Version: version,
+		Fingerprint: "fp-" + requestID, ReceivedAt: time.Now(), Forward: source != "audit", Body: []byte(`{}`)}
+	if version != "" {
+		fmt.Sscan(version, &d.VersionOrder)
+	}
+	out, err := f.store.Decide(context.Background(), d)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.console.Decided(d, out)
+	return out
+}
+
+func (f *fixture) waitForward(source, requestID string, state webhookd.ForwardState) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := f.store.Receipt(context.Background(), source, requestID)
+		if err == nil && r.Forward.State == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s/%s never became %s: %+v %v", source, requestID, state, r, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (f *fixture) do(req *http.Request) answer {
+	f.t.Helper()
+	resp, err := f.app.Test(req, -1)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+// get asks for path with the bearer token.
+func (f *fixture) get(path string) answer {
+	f.t.Helper()
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	return f.do(req)
+}
+
+// post sends a form as the console's own page would, with cookie (or the
+// bearer token when it is empty) and the matching CSRF token.
+func (f *fixture) post(path, cookie string, form url.Values) answer {
+	f.t.Helper()
+	cred := bearerCredential
+	if cookie != "" {
+		cred = cookie
+	}
+	if !form.Has(csrfField) {
+		form.Set(csrfField, f.console.auth.csrf(cred))
+	}
+	return f.rawPost(path, cookie, form, map[string]string{"Origin": "http://example.com"})
+}
+
+func (f *fixture) rawPost(path, cookie string, form url.Values, headers map[string]string) answer {
+	f.t.Helper()
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if cookie != "" {
+		req.AddCookie(&http.Cookie{Name: sessionCookie, Value: cookie})
+	} else {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	return f.do(req)
+}
+
+// login logs in through the form and returns the session cookie's value.
+func (f *fixture) login() string {
+	f.t.Helper()
+	a := f.rawPost("/ui/login", "", url.Values{"token": {token}, "next": {"/ui/"}}, map[string]string{"Authorization": ""})
+	if a.status != http.StatusSeeOther {
+		f.t.Fatalf("login: %d %s", a.status, a.body)
+	}
+	return sessionOf(f.t, a).Value
+}
+
+func sessionOf(t *testing.T, a answer) *http.Cookie {
+	t.Helper()
+	for _, c := range (&http.Response{Header: a.header}).Cookies() {
+		if c.Name == sessionCookie {
+			return c
+		}
+	}
+	t.Fatalf("no session cookie set: %v", a.header)
+	return nil
+}
+
+func contains(t *testing.T, what string, a answer, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(a.body, w) {
+			t.Errorf("%s: the page does not say %q:\n%s", what, w, a.body)
+		}
+	}
+}
+
+func TestWithoutATokenTheConsoleRefusesLikeTheAPI(t *testing.T) {
+	f := newFixture(t, "")
+	for _, req := range []*http.Request{
+		httptest.NewRequest(http.MethodGet, "/ui/", nil),
+		httptest.NewRequest(http.MethodGet, "/ui/login", nil),
+		httptest.NewRequest(http.MethodPost, "/ui/login", strings.NewReader("token=")),
+		httptest.NewRequest(http.MethodGet, "/ui/tail/events", nil),
+	} {
+		req.Header.Set("Authorization", "Bearer ")
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		a := f.do(req)
+		if a.status != http.StatusUnauthorized || !strings.Contains(a.body, "set admin.token") {
+			t.Errorf("%s %s: %d %q, want 401 naming admin.token", req.Method, req.URL.Path, a.status, a.body)
+		}
+	}
+}
+
+func TestWrongTokenIsRefused(t *testing.T) {
+	f := newFixture(t, token)
+	for _, auth := range []string{"Bearer wrong", "Bearer " + token + "x", "Basic " + token, token} {
+		req := httptest.NewRequest(http.MethodGet, "/ui/", nil)
+		req.Header.Set("Authorization", auth)
+		if a := f.do(req); a.status != http.StatusUnauthorized {
+			t.Errorf("Authorization %q: %d, want 401", auth, a.status)
+		}
+	}
+	a := f.rawPost("/ui/login", "", url.Values{"token": {"wrong"}}, map[string]string{"Authorization": ""})
+	if a.status != http.StatusUnauthorized || a.header.Get("Set-Cookie") != "" {
+		t.Errorf("login with a wrong token: %d, cookie %q", a.status, a.header.Get("Set-Cookie"))
+	}
+	contains(t, "wrong token", a, "not the admin token")
+	if a := f.get("/ui/"); a.status != http.StatusOK {
+		t.Errorf("the right bearer token: %d", a.status)
+	}
+}
+
+func TestLoginSetsASignedSessionCookie(t *testing.T) {
+	f := newFixture(t, token)
+	a := f.rawPost("/ui/login", "", url.Values{"token": {token}, "next": {"/ui/receipt?source=billing"}}, map[string]string{"Authorization": ""})
+	if a.status != http.StatusSeeOther || a.header.Get("Location") != "/ui/receipt?source=billing" {
+		t.Fatalf("login: %d to %q", a.status, a.header.Get("Location"))
+	}
+	set := sessionOf(t, a)
+	if !set.HttpOnly || set.SameSite != http.SameSiteStrictMode || set.Path != "/ui/" || !set.Expires.After(f.clock.now()) {
+		t.Errorf("session cookie %q: want HttpOnly, SameSite=Strict, Path=/ui/ and an expiry", set.Raw)
+	}
+	if set.Secure {
+		t.Errorf("a cookie set over plain HTTP is Secure, so the browser would never send it back: %q", set.Raw)
+	}
+	if strings.Contains(set.Raw, token) {
+		t.Errorf("the session cookie holds the token: %q", set.Raw)
+	}
+	cookie := f.login()
+	page := func(cookie string) answer {
+		req := httptest.NewRequest(http.MethodGet, "/ui/outbox", nil)
+		req.AddCookie(&http.Cookie{Name: sessionCookie, Value: cookie})
+		return f.do(req)
+	}
+	if a := page(cookie); a.status != http.StatusOK {
+		t.Errorf("a page with the session: %d", a.status)
+	}
+	other := newAuth("another token").session(f.clock.now().Add(time.Hour))
+	exp, mac, _ := strings.Cut(cookie, ".")
+	for name, bad := range map[string]string{
+		"another token's":   other,
+		"a longer life":     fmt.Sprint(f.clock.now().Add(48*time.Hour).Unix()) + "." + mac,
+		"no signature":      exp,
+		"a garbled expiry":  "x" + cookie,
+		"the token, itself": token,
+	} {
+		if a := page(bad); a.status != http.StatusSeeOther || !strings.HasPrefix(a.header.Get("Location"), "/ui/login?next=") {
+			t.Errorf("a session with %s: %d %q, want a redirect to the login page", name, a.status, a.header.Get("Location"))
+		}
+	}
+	f.clock.add(sessionLife)
+	if a := page(cookie); a.status != http.StatusSeeOther {
+		t.Errorf("an expired session: %d, want a redirect to the login page", a.status)
+	}
+}
+
+func TestSessionCookieIsSecureOverTLS(t *testing.T) {
+	f := newFixture(t, token)
+	a := f.rawPost("/ui/login", "", url.Values{"token": {token}}, map[string]string{"Authorization": "", "X-Forwarded-Proto": "https"})
+	if set := sessionOf(t, a); !set.Secure {
+		t.Errorf("a session set over HTTPS is not Secure: %q", set.Raw)
+	}
+}
+
+func TestLoginGoesBackOnlyToTheConsole(t *testing.T) {
+	f := newFixture(t, token)
+	req := httptest.NewRequest(http.MethodGet, "/ui/receipt?source=billing&request_id=r%201", nil)
+	a := f.do(req)
+	if want := "/ui/login?next=" + url.QueryEscape("/ui/receipt?source=billing&request_id=r%201"); a.status != http.StatusSeeOther || a.header.Get("Location") != want {
+		t.Errorf("a page without a session: %d to %q, want %q", a.status, a.header.Get("Location"), want)
+	}
+	for _, next := range []string{"//evil.example/ui/", "https://evil.example/", "/ui//evil.example", "/admin/outbox", "/ui/\r\nX: y"} {
+		a := f.rawPost("/ui/login", "", url.Values{"token": {token}, "next": {next}}, map[string]string{"Authorization": ""})
+		if a.header.Get("Location") != "/ui/" {
+			t.Errorf("login with next=%q goes to %q, want /ui/", next, a.header.Get("Location"))
+		}
+	}
+	if a := f.do(httptest.NewRequest(http.MethodGet, "/ui/login", nil)); a.status != http.StatusOK {
+		t.Errorf("the login page: %d", a.status)
+	} else {
+		contains(t, "login page", a, `type="password"`, `autocomplete="current-password"`)
+	}
+}
+
+func TestPostsNeedTheCSRFTokenAndTheSameOrigin(t *testing.T) {
+	f := newFixture(t, token)
+	f.forwarding()
+	f.deliver("billing", "req-1", "", "", "")
+	f.waitForward("billing", "req-1", webhookd.ForwardDead)
+	cookie := f.login()
+	retry := url.Values{"source": {"billing"}, "request_id": {"req-1"}}
+	otherSession := f.console.auth.session(f.clock.now().Add(time.Minute))
+	for name, tc := range map[string]struct {
+		csrf    string
+		headers map[string]string
+	}{
+		"no CSRF token":               {"", nil},
+		"a wrong CSRF token":          {"AAAA", nil},
+		"another session's token":     {f.console.auth.csrf(otherSession), nil},
+		"the bearer's token":          {f.console.auth.csrf(bearerCredential), nil},
+		"a cross-site Sec-Fetch-Site": {f.console.auth.csrf(cookie), map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		"another Origin":              {f.console.auth.csrf(cookie), map[string]string{"Origin": "http://evil.example"}},
+		"a null Origin":               {f.console.auth.csrf(cookie), map[string]string{"Origin": "null"}},
+	} {
+		form := url.Values{"source": retry["source"], "request_id": retry["request_id"], csrfField: {tc.csrf}}
+		if a := f.rawPost("/ui/deadletters/retry", cookie, form, tc.headers); a.status != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", name, a.status)
+		}
+	}
+	if dead, _ := f.store.DeadLetters(context.Background(), "billing"); len(dead) != 1 {
+		t.Fatalf("a refused POST changed the dead letters: %v", dead)
+	}
+	if a := f.rawPost("/ui/logout", cookie, url.Values{}, nil); a.status != http.StatusForbidden {
+		t.Errorf("logout without the CSRF token: %d, want 403", a.status)
+	}
+	a := f.rawPost("/ui/deadletters/retry", cookie, url.Values{"source": {"billing"}, "request_id": {"req-1"}, csrfField: {f.console.auth.csrf(cookie)}},
+		map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://example.com"})
+	if a.status != http.StatusAccepted {
+		t.Errorf("a POST from the console's own page: %d %s", a.status, a.body)
+	}
+	contains(t, "retry", a, "req-1 is back in the outbox")
+	if a := f.rawPost("/ui/login", "", url.Values{"token": {token}}, map[string]string{"Authorization": "", "Origin": "http://evil.example"}); a.status != http.StatusForbidden {
+		t.Errorf("a login posted from another site: %d, want 403", a.status)
+	}
+}
+
+func TestEveryAnswerCarriesTheSecurityHeaders(t *testing.T) {
+	f := newFixture(t, token)
+	for _, req := range []*http.Request{
+		httptest.NewRequest(http.MethodGet, "/ui/", nil),
+		httptest.NewRequest(http.MethodGet, "/ui/login", nil),
+		httptest.NewRequest(http.MethodGet, "/ui/static/console.js", nil),
+		httptest.NewRequest(http.MethodGet, "/ui/nosuch", nil),
+	} {
+		req.Header.Set("Authorization", "Bearer "+token)
+		a := f.do(req)
+		if got := a.header.Get("Content-Security-Policy"); got != contentSecurityPolicy {
+			t.Errorf("%s: Content-Security-Policy %q", req.URL.Path, got)
+		}
+		if a.header.Get("X-Content-Type-Options") != "nosniff" || a.header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: headers %v", req.URL.Path, a.header)
+		}
+	}
+	for _, directive := range strings.Split(contentSecurityPolicy, "; ") {
+		if _, sources, _ := strings.Cut(directive, " "); sources != "'self'" && sources != "'none'" {
+			t.Errorf("the policy allows more than the console itself: %q", directive)
+		}
+	}
+	a := f.get("/ui/")
+	if strings.Contains(a.body, "<script>") || strings.Contains(a.body, "style=") || strings.Contains(a.body, "http://") || strings.Contains(a.body, "https://") {
+		t.Errorf("the page has inline script or style, or names another site:\n%s", a.body)
+	}
+	js := f.get(f.console.assetURL("console.js"))
+	if js.status != http.StatusOK || !strings.HasPrefix(js.header.Get("Content-Type"), "text/javascript") || !strings.Contains(js.header.Get("Cache-Control"), "immutable") {
+		t.Errorf("console.js: %d %v", js.status, js.header)
+	}
+}
+
+func TestEmptyPagesSayWhatToDo(t *testing.T) {
+	f := newFixture(t, token)
+	for path, wants := range map[string][]string{
+		"/ui/":            {"No deliveries in the last 15 minutes", "ready", "records only"},
+		"/ui/tail":        {"Nothing yet", `data-stream="/ui/tail/events?source=&amp;decision=&amp;after=0"`},
+		"/ui/receipt":     {"type its request ID"},
+		"/ui/resource":    {"type the resource"},
+		"/ui/deadletters": {"No dead letters", "max_attempts"},
+		"/ui/outbox":      {"The outbox is empty"},
+	} {
+		a := f.get(path)
+		if a.status != http.StatusOK {
+			t.Errorf("%s: %d", path, a.status)
+		}
+		contains(t, path, a, wants...)
+	}
+	contains(t, "a missing receipt", f.get("/ui/receipt?source=billing&request_id=nope"), "No receipt for request ID nope", "receipt_ttl")
+	contains(t, "a missing resource", f.get("/ui/resource?source=billing&resource=nope"), "No accepted version of resource nope")
+
+	none := newConsole(token, []Source{{Name: "audit"}}, f.store, zaptest.NewLogger(t), time.Now)
+	app := fiber.New()
+	app.All("/ui/*", none.Handle)
+	req := httptest.NewRequest(http.MethodGet, "/ui/deadletters", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := app.Test(req, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(b), "No source forwards") {
+		t.Errorf("dead letters with no forwarding source:\n%s", b)
+	}
+}
+
+func TestPagesShowTheRecords(t *testing.T) {
+	f := newFixture(t, token)
+	f.forwarding()
+	f.deliver("billing", "req-1", "dlv-1", "sub_1", "5")
+	f.clock.add(time.Minute)
+	f.deliver("billing", "req-1", "dlv-2", "sub_1", "5")
+	f.deliver("billing", "req-0", "dlv-3", "sub_1", "4")
+	f.deliver("ledger", "led-1", "", "acct_1", "1")
+	f.console.Rejected("billing", webhookd.Delivery{}, "signature", "signature mismatch")
+	f.waitForward("billing", "req-1", webhookd.ForwardDead)
+	f.waitForward("ledger", "led-1", webhookd.ForwardRetrying)
+
+	receipt := f.get("/ui/receipt?source=billing&request_id=req-1")
+	contains(t, "receipt", receipt, "billing / <span class=\"mono\">req-1</span>", "dlv-1", "dlv-2",
+		`<span class="badge duplicate">duplicate</span>`, "503 Service Unavailable", "it is a dead letter",
+		"at least once", `href="/ui/resource?source=billing&amp;resource=sub_1"`, "<span class=\"mono\">5</span> against latest <span class=\"mono\">none</span>")
+	if strings.Contains(receipt.body, `action="/ui/receipt/redeliver"`) {
+		t.Error("a dead letter's receipt offers a redelivery")
+	}
+	stale := f.get("/ui/receipt?source=billing&request_id=req-0")
+	contains(t, "stale receipt", stale, `<span class="badge stale">stale</span>`, "against latest <span class=\"mono\">5</span>",
+		"decided stale, not accepted", "set by <a href=\"/ui/receipt?source=billing&amp;request_id=req-1\"")
+	contains(t, "resource", f.get("/ui/resource?source=billing&resource=sub_1"), `<dd class="mono">5</dd>`, "request_id=req-1")
+	dead := f.get("/ui/deadletters")
+	contains(t, "dead letters", dead, `<h2 id="g-billing">billing`, "req-1", "503 Service Unavailable", `aria-label="Retry req-1"`)
+	if strings.Contains(dead.body, "led-1") {
+		t.Error("a retrying entry is listed as a dead letter")
+	}
+	outbox := f.get("/ui/outbox?filter=ledger")
+	contains(t, "outbox", outbox, "led-1", "Next attempt", "503 Service Unavailable")
+	if strings.Contains(outbox.body, "req-1") {
+		t.Error("the outbox filtered to ledger shows billing's entries")
+	}
+	overview := f.get("/ui/")
+	contains(t, "overview", overview,
+		"accepted per minute, the last 15 minutes: 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0",
+		"duplicate per minute, the last 15 minutes: 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1",
+		"stale per minute, the last 15 minutes: 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1",
+		`<span class="reason">signature</span> 1`,
+		`<a href="/ui/deadletters?filter=billing" class="alert">1</a>`,
+		`<a href="/ui/outbox?filter=ledger">1 pending</a>`)
+	if !strings.Contains(overview.body, "dead per minute, the last 15 minutes: 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1") {
+		t.Errorf("the overview does not count billing's dead attempt:\n%s", overview.body)
+	}
+	f.clock.add(historyMinutes * time.Minute)
+	contains(t, "overview a quarter hour later", f.get("/ui/"), "No deliveries in the last 15 minutes")
+}
+
+func TestRepairsAnswerInPlace(t *testing.T) {
+	f := newFixture(t, token)
+	f.forwarding()
+	f.deliver("billing", "req-1", "", "", "")
+	f.deliver("billing", "req-2", "", "", "")
+	f.deliver("audit", "aud-1", "", "", "")
+	f.waitForward("billing", "req-1", webhookd.ForwardDead)
+	f.waitForward("billing", "req-2", webhookd.ForwardDead)
+
+	one := func(id string) url.Values { return url.Values{"source": {"billing"}, "request_id": {id}} }
+	ask := f.post("/ui/deadletters/discard", "", one("req-2"))
+	contains(t, "discard", ask, `role="alertdialog"`, "Discard billing / <span class=\"mono\">req-2</span>?", `name="confirm" value="yes"`)
+	if dead, _ := f.store.DeadLetters(context.Background(), "billing"); len(dead) != 2 {
+		t.Fatalf("a discard discarded before it was confirmed: %d dead letters left", len(dead))
+	}
+	confirm := one("req-2")
+	confirm.Set("confirm", "yes")
+	contains(t, "confirmed discard", f.post("/ui/deadletters/discard", "", confirm), "req-2 is discarded")
+	f.waitForward("billing", "req-2", webhookd.ForwardDiscarded)
+	gone := f.post("/ui/deadletters/discard", "", confirm)
+	if gone.status != http.StatusNotFound {
+		t.Errorf("discard of a dead letter that is gone: %d", gone.status)
+	}
+	contains(t, "discard again", gone, "Not discarded: no dead letter for billing/req-2")
+
+	for _, tc := range []struct {
+		source, id string
+		status     int
+		says       string
+	}{
+		{"billing", "req-1", http.StatusConflict, "Not redelivered: request is a dead letter"},
+		{"audit", "aud-1", http.StatusConflict, "Not redelivered: the source did not forward this request"},
+		{"billing", "nope", http.StatusNotFound, "Not redelivered: no receipt for billing/nope"},
+	} {
+		a := f.post("/ui/receipt/redeliver", "", url.Values{"source": {tc.source}, "request_id": {tc.id}})
+		if a.status != tc.status {
+			t.Errorf("redeliver %s/%s: %d, want %d", tc.source, tc.id, a.status, tc.status)
+		}
+		contains(t, "redeliver "+tc.id, a, tc.says)
+	}
+	contains(t, "audit receipt", f.get("/ui/receipt?source=audit&request_id=aud-1"), "its source does not forward")
+	retried := f.post("/ui/deadletters/retry", "", one("req-1"))
+	if retried.status != http.StatusAccepted {
+		t.Errorf("retry: %d", retried.status)
+	}
+	contains(t, "retry", retried, "req-1 is back in the outbox")
+}
+
+func TestRecordsAreEscaped(t *testing.T) {
+	f := newFixture(t, token)
+	id := `<script>alert(1)</script>"'&`
+	f.deliver("audit", id, `<b>d</b>`, "", "")
+	for _, path := range []string{"/ui/receipt?source=audit&request_id=" + url.QueryEscape(id), "/ui/tail"} {
+		a := f.get(path)
+		if strings.Contains(a.body, "<script>alert") || strings.Contains(a.body, "<b>d</b>") {
+			t.Errorf("%s puts a request's text into the page as HTML:\n%s", path, a.body)
+		}
+		contains(t, path, a, "&lt;script&gt;alert(1)&lt;/script&gt;")
+	}
+}
+
+func TestAgo(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "just now"}, {9 * time.Second, "just now"}, {42 * time.Second, "42 s ago"}, {3 * time.Minute, "3 min ago"},
+		{5 * time.Hour, "5 h ago"}, {72 * time.Hour, "3 days ago"}, {-90 * time.Second, "in 1 min"},
+	} {
+		if got := ago(now, now.Add(-tc.d)); got != tc.want {
+			t.Errorf("ago(%s) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestSize(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KiB", 5 << 30: "5.0 GiB"} {
+		if got := size(n); got != want {
+			t.Errorf("size(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

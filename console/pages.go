@@ -1,0 +1,351 @@
+package console
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/versioning"
+)
+
+// maxRows bounds the entries a dead letter or outbox table shows.
+const maxRows = 500
+
+// form returns a form or query value, copied: Fiber's point into the
+// request buffer, which outlives neither the handler nor the next request.
+func form(fc *fiber.Ctx, key string) string {
+	return strings.TrimSpace(strings.Clone(fc.FormValue(key)))
+}
+
+func (c *Console) handleLoginPage(fc *fiber.Ctx) error {
+	if c.auth.token == nil {
+		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "console disabled: set admin.token")
+	}
+	return c.render(fc, fiber.StatusOK, "login", page{Title: "Log in", Data: safeNext(form(fc, "next"))})
+}
+
+func (c *Console) handleLogin(fc *fiber.Ctx) error {
+	if c.auth.token == nil {
+		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "console disabled: set admin.token")
+	}
+	if err := sameOrigin(fc); err != nil {
+		return err
+	}
+	next := safeNext(form(fc, "next"))
+	if !c.auth.tokenOK(fc.FormValue("token")) {
+		return c.render(fc, fiber.StatusUnauthorized, "login", page{Title: "Log in", Data: next,
+			Notice: &notice{Text: "That is not the admin token. It is admin.token in the configuration."}})
+	}
+	expires := c.now().Add(sessionLife)
+	c.setSession(fc, c.auth.session(expires), expires)
+	return fc.Redirect(next, fiber.StatusSeeOther)
+}
+
+func (c *Console) handleLogout(fc *fiber.Ctx) error {
+	c.setSession(fc, "", time.Unix(0, 0))
+	return fc.Redirect("/ui/login", fiber.StatusSeeOther)
+}
+
+// metric is one row of the overview: a count per minute and its total.
+type metric struct {
+	Name  string
+	Row   [historyMinutes]int64
+	Total int64
+	Unit  string
+}
+
+// sourceStats is one source on the overview.
+type sourceStats struct {
+	Source
+	Unknown bool // the requests to no configured source
+	Intake  []metric
+	Reasons []reasonCount
+	Forward []metric
+	Latency metric // mean forward attempt per minute, in µs
+	Mean    time.Duration
+	Slowest time.Duration
+	Outbox  int // -1: not known
+	Dead    int
+	Oldest  *time.Time // the oldest outbox entry's creation
+}
+
+type reasonCount struct {
+	Reason string
+	N      int64
+}
+
+type overview struct {
+	Sources []sourceStats
+	Unknown *sourceStats // requests to no configured source, when there were any
+	Ready   error
+	Usage   *Usage
+	NoUsage string
+	Queues  string // why outbox and dead letters are not known, or ""
+	Quiet   bool   // nothing at all in the window
+	Forward bool   // some source forwards
+}
+
+func (c *Console) handleOverview(fc *fiber.Ctx) error {
+	ctx := fc.UserContext()
+	counts := c.counts()
+	ov := overview{Ready: c.records.Ready(), Quiet: true}
+	if u, err := c.Disk.Usage(); err == nil {
+		ov.Usage = &u
+	} else {
+		ov.NoUsage = err.Error()
+	}
+	outbox, err := c.records.Outbox(ctx, "")
+	var dead []forward.Entry
+	if err == nil {
+		dead, err = c.records.DeadLetters(ctx, "")
+	}
+	if err != nil {
+		ov.Queues = webhookd.ErrorMessage(err)
+	}
+	stats := func(s Source, ct *Counts) sourceStats {
+		st := sourceStats{Source: s, Outbox: -1, Dead: -1}
+		for i, name := range decisions[:4] {
+			st.Intake = append(st.Intake, metric{Name: name, Row: ct.Decisions[i], Total: total(ct.Decisions[i])})
+		}
+		st.Intake = append(st.Intake, metric{Name: rejected, Row: ct.Rejected, Total: total(ct.Rejected)})
+		for i, n := range ct.Reasons {
+			if n > 0 {
+				st.Reasons = append(st.Reasons, reasonCount{reasons[i], n})
+			}
+		}
+		for i, name := range forwardResults {
+			st.Forward = append(st.Forward, metric{Name: name, Row: ct.Forwards[i], Total: total(ct.Forwards[i])})
+		}
+		st.Latency = metric{Name: "latency", Unit: "µs, mean attempt"}
+		for i, d := range ct.Latency {
+			st.Latency.Row[i] = d.Microseconds()
+		}
+		st.Mean, st.Slowest = ct.Mean(), ct.Slowest
+		for _, m := range append(st.Intake, st.Forward...) {
+			if m.Total > 0 {
+				ov.Quiet = false
+			}
+		}
+		if ov.Queues == "" {
+			st.Outbox, st.Dead = 0, 0
+			for _, e := range outbox {
+				if e.Source == s.Name {
+					st.Outbox++
+					if st.Oldest == nil || e.CreatedAt.Before(*st.Oldest) {
+						st.Oldest = &e.CreatedAt
+					}
+				}
+			}
+			for _, e := range dead {
+				if e.Source == s.Name {
+					st.Dead++
+				}
+			}
+		}
+		return st
+	}
+	for _, s := range c.sources {
+		ov.Sources = append(ov.Sources, stats(s, counts[s.Name]))
+		ov.Forward = ov.Forward || s.Forwards
+	}
+	if ct := counts[configs.UnknownSource]; total(ct.Rejected) > 0 {
+		st := stats(Source{Name: configs.UnknownSource}, ct)
+		st.Unknown, st.Intake = true, st.Intake[len(st.Intake)-1:] // nothing but refusals
+		ov.Unknown = &st
+	}
+	return c.render(fc, fiber.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: ov})
+}
+
+type tailPage struct {
+	Source, Decision string
+	Decisions        []string
+	Events           []Event // newest first
+	After            uint64  // the stream starts after this event
+}
+
+// tailRows is how many held events the tail page opens with.
+const tailRows = 100
+
+func (c *Console) handleTail(fc *fiber.Ctx) error {
+	f := filter{source: form(fc, "source"), decision: form(fc, "decision")}
+	events, after := c.recent(f, tailRows)
+	slices.Reverse(events)
+	tp := tailPage{Source: f.source, Decision: f.decision, Decisions: decisions, Events: events, After: after}
+	return c.render(fc, fiber.StatusOK, "tail", page{Title: "Live tail", Nav: "tail", Data: tp})
+}
+
+type receiptPage struct {
+	Source, RequestID string
+	Receipt           *dedupe.Receipt
+	Risks             []string
+	Latest            *versioning.Latest // the resource's latest version now
+	Redeliver         bool
+	Refusal           string // why the API would refuse to redeliver, in words
+	DeadLetter        bool   // the refusal points to the dead letters page
+	Omitted           int    // arrivals the receipt no longer lists
+	Missing           string // why there is no receipt to show
+}
+
+func (c *Console) handleReceipt(fc *fiber.Ctx) error {
+	return c.showReceipt(fc, fiber.StatusOK, nil)
+}
+
+// showReceipt renders the receipt the form names, with the notice of an
+// action taken on it.
+func (c *Console) showReceipt(fc *fiber.Ctx, status int, n *notice) error {
+	rp := receiptPage{Source: form(fc, "source"), RequestID: form(fc, "request_id")}
+	if rp.Source != "" && rp.RequestID != "" {
+		r, err := c.records.Receipt(fc.UserContext(), rp.Source, rp.RequestID)
+		switch {
+		case webhookd.ErrorCode(err) == webhookd.ENOTFOUND:
+			rp.Missing = "No receipt for request ID " + rp.RequestID + " of source " + rp.Source + ". Check the spelling and the source; a receipt is kept for receipt_ttl after the last delivery of its request ID."
+			if status == fiber.StatusOK {
+				status = fiber.StatusNotFound
+			}
+		case err != nil:
+			return err
+		default:
+			rp.Receipt, rp.Risks = r, r.ResidualRisk()
+			rp.Omitted = r.Attempts - len(r.Deliveries)
+			rp.Redeliver, rp.Refusal, rp.DeadLetter = redeliverable(r)
+			if r.Resource != "" {
+				if l, err := c.records.Latest(fc.UserContext(), r.Source, r.Resource); err == nil {
+					rp.Latest = l
+				}
+			}
+		}
+	}
+	return c.render(fc, status, "receipt", page{Title: "Receipt", Nav: "receipt", Notice: n, Data: rp})
+}
+
+// redeliverable says whether the admin API would take a redelivery of r,
+// as far as the receipt tells: the store also refuses one whose payload
+// expired or whose resource has a newer version since, which it alone
+// knows, and its answer is shown when the button is used.
+func redeliverable(r *dedupe.Receipt) (ok bool, refusal string, deadLetter bool) {
+	switch {
+	case r.Decision != webhookd.Accepted:
+		return false, "this request was decided " + string(r.Decision) + ", not accepted, so there is nothing to redeliver.", false
+	case r.Forward.State == webhookd.ForwardNone:
+		return false, "its source does not forward, so there is nothing to redeliver.", false
+	case r.Forward.State == webhookd.ForwardPending || r.Forward.State == webhookd.ForwardRetrying:
+		return false, "it is already queued for forwarding (" + string(r.Forward.State) + ").", false
+	case r.Forward.State == webhookd.ForwardDead:
+		return false, "it is a dead letter: retry it from the dead letters.", true
+	}
+	return true, "", false
+}
+
+func (c *Console) handleRedeliver(fc *fiber.Ctx) error {
+	err := c.records.Redeliver(fc.UserContext(), form(fc, "source"), form(fc, "request_id"))
+	if err != nil {
+		return c.showReceipt(fc, statusOf(err), &notice{Text: "Not redelivered: " + webhookd.ErrorMessage(err)})
+	}
+	return c.showReceipt(fc, fiber.StatusAccepted, &notice{OK: true, Text: "Queued for forwarding again, with the same Idempotency-Key."})
+}
+
+type resourcePage struct {
+	Source, Resource string
+	Latest           *versioning.Latest
+	Missing          string
+}
+
+func (c *Console) handleResource(fc *fiber.Ctx) error {
+	rp := resourcePage{Source: form(fc, "source"), Resource: form(fc, "resource")}
+	status := fiber.StatusOK
+	if rp.Source != "" && rp.Resource != "" {
+		l, err := c.records.Latest(fc.UserContext(), rp.Source, rp.Resource)
+		switch {
+		case webhookd.ErrorCode(err) == webhookd.ENOTFOUND:
+			rp.Missing = "No accepted version of resource " + rp.Resource + " of source " + rp.Source + ". Only sources with a resource and a version selector keep one."
+			status = fiber.StatusNotFound
+		case err != nil:
+			return err
+		default:
+			rp.Latest = l
+		}
+	}
+	return c.render(fc, status, "resource", page{Title: "Resource", Nav: "resource", Data: rp})
+}
+
+// queuePage is the dead letters or the outbox, one table per source.
+type queuePage struct {
+	Dead    bool
+	Source  string // the filter; "" for every source
+	Groups  []entryGroup
+	Confirm *forward.Entry // the dead letter a discard asks to confirm
+	Forward bool           // some source forwards
+}
+
+type entryGroup struct {
+	Source  string
+	Entries []forward.Entry
+	Total   int
+	Hidden  int // entries past maxRows
+}
+
+func (c *Console) queue(fc *fiber.Ctx, dead bool, status int, n *notice, confirm *forward.Entry) error {
+	qp := queuePage{Dead: dead, Source: form(fc, "filter"), Confirm: confirm}
+	list, nav, title := c.records.Outbox, "outbox", "Outbox"
+	if dead {
+		list, nav, title = c.records.DeadLetters, "deadletters", "Dead letters"
+	}
+	entries, err := list(fc.UserContext(), qp.Source)
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(entries, func(a, b forward.Entry) int { return cmp.Compare(a.Source, b.Source) })
+	for _, e := range entries {
+		if len(qp.Groups) == 0 || qp.Groups[len(qp.Groups)-1].Source != e.Source {
+			qp.Groups = append(qp.Groups, entryGroup{Source: e.Source})
+		}
+		g := &qp.Groups[len(qp.Groups)-1]
+		g.Total++
+		if len(g.Entries) < maxRows {
+			g.Entries = append(g.Entries, e)
+		} else {
+			g.Hidden++
+		}
+	}
+	for _, s := range c.sources {
+		qp.Forward = qp.Forward || s.Forwards
+	}
+	return c.render(fc, status, "queue", page{Title: title, Nav: nav, Notice: n, Data: qp})
+}
+
+func (c *Console) handleDeadLetters(fc *fiber.Ctx) error {
+	return c.queue(fc, true, fiber.StatusOK, nil, nil)
+}
+
+func (c *Console) handleOutbox(fc *fiber.Ctx) error {
+	return c.queue(fc, false, fiber.StatusOK, nil, nil)
+}
+
+func (c *Console) handleRetry(fc *fiber.Ctx) error {
+	source, id := form(fc, "source"), form(fc, "request_id")
+	if err := c.records.RetryDeadLetter(fc.UserContext(), source, id); err != nil {
+		return c.queue(fc, true, statusOf(err), &notice{Text: "Not retried: " + webhookd.ErrorMessage(err)}, nil)
+	}
+	return c.queue(fc, true, fiber.StatusAccepted, &notice{OK: true, Text: source + "/" + id + " is back in the outbox, with its attempts reset."}, nil)
+}
+
+// handleDiscard asks first: without confirm=yes it shows the dead letter
+// with a button that discards it.
+func (c *Console) handleDiscard(fc *fiber.Ctx) error {
+	source, id := form(fc, "source"), form(fc, "request_id")
+	if fc.FormValue("confirm") != "yes" {
+		e := forward.Entry{Source: source, RequestID: id}
+		return c.queue(fc, true, fiber.StatusOK, nil, &e)
+	}
+	if err := c.records.DiscardDeadLetter(fc.UserContext(), source, id); err != nil {
+		return c.queue(fc, true, statusOf(err), &notice{Text: "Not discarded: " + webhookd.ErrorMessage(err)}, nil)
+	}
+	return c.queue(fc, true, fiber.StatusOK, &notice{OK: true, Text: source + "/" + id + " is discarded; its receipt says so."}, nil)
+}
