@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/console"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/gateway"
 	"github.com/webhookd/webhookd/metrics"
@@ -156,6 +157,7 @@ type Main struct {
 	Store     *store.Store
 	Forwarder *forward.Forwarder
 	Server    *gateway.Server
+	Console   *console.Console
 	recorders []*replay.FileRecorder
 
 	closeOnce sync.Once
@@ -193,7 +195,9 @@ func (m *Main) Run(ctx context.Context) error {
 			return metrics.Disk{Free: d.Free, Ballast: d.Ballast, Reserve: d.Reserve, Low: d.Low, Lows: d.Lows}
 		},
 	})
-	m.Forwarder.Metrics = met
+	m.Console = console.New(m.Config.Admin.Token, consoleSources(m.Config), m.Store, m.Logger.Named("console"))
+	m.Console.Disk = storeDisk{m.Store}
+	m.Forwarder.Metrics = attempts{met, m.Console}
 	if err := m.Forwarder.Open(); err != nil {
 		return err
 	}
@@ -202,6 +206,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	srv.Metrics, srv.MetricsHandler = met, met.Handler()
+	srv.Observer, srv.Console = m.Console, m.Console.Handle
 	srv.Recorders = m.openRecorders()
 	if err := srv.Open(); err != nil {
 		return err
@@ -317,6 +322,10 @@ func (m *Main) Close(ctx context.Context) error {
 
 func (m *Main) close(ctx context.Context) error {
 	var errs []error
+	if m.Console != nil {
+		// Its live tails would hold the admin listener's shutdown open.
+		m.Console.Close()
+	}
 	if m.Server != nil {
 		errs = append(errs, m.Server.Shutdown(ctx))
 	}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/console"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/store"
+)
+
+// attempts tells each of its Metrics of every forward attempt: Prometheus
+// and the console's overview.
+type attempts []forward.Metrics
+
+func (a attempts) Attempted(source, result string, took time.Duration) {
+	for _, m := range a {
+		m.Attempted(source, result, took)
+	}
+}
+
+func consoleSources(cfg *configs.Config) []console.Source {
+	sources := make([]console.Source, len(cfg.Sources))
+	for i, s := range cfg.Sources {
+		sources[i] = console.Source{Name: s.Name, Forwards: s.Forward != nil}
+	}
+	return sources
+}
+
+// storeDisk reports the Badger store's size and its file system's free
+// space, for the console's overview.
+type storeDisk struct{ store *store.Store }
+
+func (d storeDisk) Usage() (console.Usage, error) {
+	lsm, vlog := d.store.Sizes()
+	free, err := freeSpace(d.store.Path)
+	if err != nil {
+		return console.Usage{}, fmt.Errorf("free space of %s: %w", d.store.Path, err)
+	}
+	return console.Usage{Size: lsm + vlog, Free: free}, nil
+}

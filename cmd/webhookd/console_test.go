@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromium finds a Chromium to drive: $WEBHOOKD_CHROMIUM, or one on PATH.
+func chromium(t *testing.T) string {
+	if p := os.Getenv("WEBHOOKD_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chromium found: install Debian's chromium (apt-get install chromium), or set WEBHOOKD_CHROMIUM, to run the console's browser tests")
+	return ""
+}
+
+// screenshots is where the browser tests leave a PNG of each page:
+// $WEBHOOKD_SCREENSHOTS, or a directory of the test's own.
+func screenshots(t *testing.T) string {
+	dir := os.Getenv("WEBHOOKD_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots of the console's pages: %s", dir)
+	return dir
+}
+
+// browser starts a headless Chromium with a fresh profile; the test's end
+// stops it.
+func browser(t *testing.T) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox cannot start
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+
+	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelCtx()
+		cancelAlloc() // kills the browser and waits for it
+	})
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	return ctx
+}
+
+// switchable is a downstream that refuses every request until it is told
+// to take them, and counts what it took per Idempotency-Key.
+type switchable struct {
+	up   atomic.Bool
+	mu   sync.Mutex
+	took map[string]int
+}
+
+func (s *switchable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.up.Load() {
+		http.Error(w, "downstream is down", http.StatusServiceUnavailable)
+		return
+	}
+	s.mu.Lock()
+	s.took[r.Header.Get("Idempotency-Key")]++
+	s.mu.Unlock()
+}
+
+func (s *switchable) count(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.took[key]
+}
+
+// consoleConfig forwards billing with one attempt, so that a refusal makes a
+// dead letter at once.
+func consoleConfig(dataDir, url string) string {
+	return fmt.Sprintf(`
+listen: "127.0.0.1:0"
+data_dir: %q
+shutdown_timeout: 5s
+log: { level: warn }
+admin: { listen: "127.0.0.1:0", token: %q }
+sources:
+  - name: billing
+    request_id: json:request_id
+    delivery_id: header:X-Delivery-Id
+    resource: json:object.id
+    version: json:object.version
+    forward:
+      url: %q
+      max_attempts: 1
+      backoff: { initial: 10ms, max: 10ms }
+  - name: audit
+    request_id: header:Idempotency-Key
+`, dataDir, adminToken, url)
+}
+
+func TestConsoleInABrowser(t *testing.T) {
+	ctx := browser(t)
+	shots := screenshots(t)
+	down := &switchable{took: map[string]int{}}
+	downstream := httptest.NewServer(down)
+	defer downstream.Close()
+	m, c := startMain(t, consoleConfig(t.TempDir(), downstream.URL))
+	defer m.Close(context.Background())
+	ui := "http://" + c.admin
+
+	deliver := func(requestID, deliveryID, resource string) {
+		t.Helper()
+		status, body := c.send(http.MethodPost, "http://"+c.public+"/hooks/billing", billing(requestID, resource, 1),
+			map[string]string{"X-Delivery-Id": deliveryID})
+		if status >= 300 && status != http.StatusOK {
+			t.Fatalf("deliver %s: %d %v", requestID, status, body)
+		}
+	}
+	deadLetter := func(requestID string) {
+		t.Helper()
+		waitFor(t, requestID+" dead-lettered", func() bool {
+			_, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/"+requestID)
+			f, _ := r["forward"].(map[string]any)
+			return f["state"] == "dead"
+		})
+	}
+	// While the downstream is down, two requests become dead letters; one
+	// arrives twice.
+	deliver("req_a", "dlv_1", "sub_1")
+	deliver("req_a", "dlv_2", "sub_1")
+	deliver("req_b", "dlv_3", "sub_2")
+	deadLetter("req_a")
+	deadLetter("req_b")
+	c.post("nosuch", `{}`) // a refusal, for the overview's counts
+
+	shot := func(name string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tab *chromedp.Target) error {
+			png, err := chromedp.FullScreenshot(100)(ctx, tab)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644)
+		})
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return s
+	}
+
+	// The admin listener's root leads to the login page, which takes the token.
+	do("log in",
+		chromedp.Navigate(ui+"/"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		shot("login"),
+		chromedp.SendKeys(chromedp.ID("token"), "wrong"),
+		chromedp.Submit(chromedp.ID("token")),
+		chromedp.WaitVisible(chromedp.CSS(".notice.bad")),
+	)
+	if got := text(".notice"); !strings.Contains(got, "not the admin token") {
+		t.Errorf("a wrong token says %q", got)
+	}
+	do("log in with the token",
+		chromedp.SendKeys(chromedp.ID("token"), adminToken),
+		chromedp.Submit(chromedp.ID("token")),
+		chromedp.WaitVisible(chromedp.ID("src-billing")),
+		shot("overview"),
+	)
+	if got := strings.ToLower(text("#src-billing ~ dl.facts")); !strings.Contains(got, "dead letters\n2") {
+		t.Errorf("overview's billing card: %q", got)
+	}
+
+	// A receipt is found by source and request ID, with both its arrivals.
+	do("look up a receipt",
+		chromedp.Navigate(ui+"/ui/receipt"),
+		chromedp.WaitVisible(chromedp.ID("r-id")),
+		chromedp.SetValue(chromedp.ID("r-source"), "billing"),
+		chromedp.SendKeys(chromedp.ID("r-id"), "req_a\n"),
+		chromedp.WaitVisible(chromedp.CSS("ol.timeline li:nth-child(2)")),
+		shot("receipt"),
+	)
+	timeline := text("ol.timeline")
+	for _, want := range []string{"dlv_1", "dlv_2", "accepted", "duplicate"} {
+		if !strings.Contains(timeline, want) {
+			t.Errorf("the receipt's deliveries %q do not show %s", timeline, want)
+		}
+	}
+	if got := text("p.refusal"); !strings.Contains(got, "dead letter") {
+		t.Errorf("a dead letter's receipt offers redelivery: %q", got)
+	}
+
+	// A dead letter retried from its page is delivered once the downstream
+	// takes it.
+	down.up.Store(true)
+	do("retry a dead letter",
+		chromedp.Navigate(ui+"/ui/deadletters"),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Retry req_a"]`)),
+		shot("deadletters"),
+		chromedp.Click(chromedp.CSS(`button[aria-label="Retry req_a"]`)),
+		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
+	)
+	if got := text(".notice"); !strings.Contains(got, "req_a is back in the outbox") {
+		t.Errorf("retry says %q", got)
+	}
+	waitFor(t, "req_a delivered downstream", func() bool { return down.count("req_a") == 1 })
+	waitFor(t, "req_a's receipt delivered", func() bool {
+		_, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/req_a")
+		f, _ := r["forward"].(map[string]any)
+		return f["state"] == "delivered"
+	})
+	do("see it delivered",
+		chromedp.Navigate(ui+"/ui/receipt?source=billing&request_id=req_a"),
+		chromedp.WaitVisible(chromedp.CSS("form[action='/ui/receipt/redeliver']")),
+	)
+	if got := text("article.receipt"); !strings.Contains(got, "delivered") {
+		t.Errorf("the retried receipt: %q", got)
+	}
+
+	// A discard asks first.
+	do("discard a dead letter",
+		chromedp.Navigate(ui+"/ui/deadletters"),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Discard req_b"]`)),
+		chromedp.Click(chromedp.CSS(`button[aria-label="Discard req_b"]`)),
+		chromedp.WaitVisible(chromedp.CSS(".confirm button.danger")),
+		shot("discard-confirm"),
+		chromedp.Click(chromedp.CSS(".confirm button.danger")),
+		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
+	)
+	if got := text(".notice"); !strings.Contains(got, "req_b is discarded") {
+		t.Errorf("discard says %q", got)
+	}
+	if got := text("main"); !strings.Contains(got, "No dead letters") {
+		t.Errorf("after the discard the dead letters show %q", got)
+	}
+	_, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/req_b")
+	if f, _ := r["forward"].(map[string]any); f["state"] != "discarded" {
+		t.Errorf("discarded receipt's forward: %v", r["forward"])
+	}
+
+	// A new decision appears in the live tail as it is made.
+	do("open the live tail",
+		chromedp.Navigate(ui+"/ui/tail"),
+		chromedp.WaitVisible(chromedp.ID("tail")),
+	)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("stream-state").textContent.startsWith("Live")`)); err != nil {
+		t.Fatalf("the live tail does not connect: %v", err)
+	}
+	deliver("req_live", "dlv_9", "sub_3")
+	do("watch it arrive",
+		chromedp.WaitVisible(chromedp.CSS(`#tail a[href*="request_id=req_live"]`)),
+		shot("tail"),
+	)
+
+	// A POST without the CSRF token is refused, from the console's own page.
+	status, err := chromedp.Run(ctx, chromedp.Evaluate[int](
+		`fetch("/ui/deadletters/retry", {method: "POST", body: new URLSearchParams({source: "billing", request_id: "req_a"})}).then(r => r.status)`,
+		chromedp.EvalAwaitPromise))
+	if err != nil || status != http.StatusForbidden {
+		t.Errorf("POST without a CSRF token: %d %v, want 403", status, err)
+	}
+
+	for _, page := range []string{"outbox", "resource?source=billing&resource=sub_1"} {
+		do("show "+page, chromedp.Navigate(ui+"/ui/"+page), chromedp.WaitVisible(chromedp.CSS("main h1")),
+			shot(strings.SplitN(page, "?", 2)[0]))
+	}
+	do("a phone's view of the overview",
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile),
+		chromedp.Navigate(ui+"/ui/"),
+		chromedp.WaitVisible(chromedp.ID("src-billing")),
+		shot("overview-phone"),
+	)
+}
