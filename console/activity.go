@@ -120,12 +120,13 @@ func (a *activity) seriesOf(source string) *series {
 func (a *activity) Decided(d webhookd.Delivery, out webhookd.Outcome) {
 	e := Event{Source: d.Source, Decision: string(out.Decision), RequestID: d.RequestID, DeliveryID: d.DeliveryID,
 		Resource: d.Resource, Version: d.Version, Latest: out.LatestVersion}
+	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if i := slices.Index(decisions[:4], e.Decision); i >= 0 {
-		a.seriesOf(e.Source).at(a.now()).decisions[i]++
+		a.seriesOf(e.Source).at(now).decisions[i]++
 	}
-	a.publish(&e)
+	a.publish(&e, now)
 }
 
 // Rejected is the gateway's Observer method for a refused request.
@@ -136,10 +137,11 @@ func (a *activity) Rejected(source string, d webhookd.Delivery, reason, message 
 	if i < 0 {
 		i = len(reasons) - 1
 	}
+	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.seriesOf(source).at(a.now()).rejected[i]++
-	a.publish(&e)
+	a.seriesOf(source).at(now).rejected[i]++
+	a.publish(&e, now)
 }
 
 // Attempted is forward.Metrics' method: one forward attempt and its result.
@@ -148,9 +150,10 @@ func (a *activity) Attempted(source, result string, took time.Duration) {
 	if i < 0 {
 		return
 	}
+	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	m := a.seriesOf(source).at(a.now())
+	m := a.seriesOf(source).at(now)
 	m.forwards[i]++
 	m.took += took
 	m.slowest = max(m.slowest, took)
@@ -158,9 +161,9 @@ func (a *activity) Attempted(source, result string, took time.Duration) {
 
 // publish numbers e, keeps it in the ring and offers it to every stream
 // whose filter it matches, without waiting for any. a.mu is held.
-func (a *activity) publish(e *Event) {
+func (a *activity) publish(e *Event, now time.Time) {
 	a.seq++
-	e.Seq, e.At = a.seq, a.now()
+	e.Seq, e.At = a.seq, now
 	a.tail[a.seq%tailSize] = *e
 	for s := range a.streams {
 		if !s.filter.match(e) || s.lagged.Load() {
