@@ -71,7 +71,11 @@ function startRefresh(region) {
       if (!resp.ok) return;
       const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
       const fresh = doc.getElementById(region.id);
-      if (!fresh) return;
+      if (!fresh) {
+        // The session ended: the answer is the login page.
+        if (stamp) stamp.textContent = "Not refreshed: the session has ended. Reload the page to log in again.";
+        return;
+      }
       region.replaceChildren(...fresh.childNodes);
       if (stamp) stamp.textContent = "Last 15 minutes, a bar a minute · updated " + utc(new Date().toISOString());
     } catch (e) {
