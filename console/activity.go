@@ -30,7 +30,7 @@ var decisions = []string{string(webhookd.Accepted), string(webhookd.Duplicate), 
 // reasons are the gateway's rejection reasons (the rejections metric's
 // label), in the order the overview lists them; any other is counted as the
 // last.
-var reasons = [...]string{"signature", "invalid", "too_large", "encoding", "unknown_source", "unavailable", "internal", "other"}
+var reasons = [...]string{"signature", "invalid", "too_large", "encoding", "timeout", "unknown_source", "unavailable", "internal", "other"}
 
 // forwardResults are forward.Metrics' results.
 var forwardResults = [...]string{"delivered", "retry", "dead"}

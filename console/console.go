@@ -41,6 +41,10 @@ type Records interface {
 type Usage struct {
 	Size int64
 	Free int64
+	// Reserve is the free space below which the store takes no new
+	// decisions; Low says it is below it now.
+	Reserve int64
+	Low     bool
 }
 
 // Disk reports a store's Usage; a backend without a local disk has none.

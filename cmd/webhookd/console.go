@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/webhookd/webhookd/configs"
@@ -28,15 +27,12 @@ func consoleSources(cfg *configs.Config) []console.Source {
 	return sources
 }
 
-// storeDisk reports the Badger store's size and its file system's free
-// space, for the console's overview.
+// storeDisk reports the Badger store's size and the free space of its
+// data directory, as the store last read it, for the console's overview.
 type storeDisk struct{ store *store.Store }
 
 func (d storeDisk) Usage() (console.Usage, error) {
 	lsm, vlog := d.store.Sizes()
-	free, err := freeSpace(d.store.Path)
-	if err != nil {
-		return console.Usage{}, fmt.Errorf("free space of %s: %w", d.store.Path, err)
-	}
-	return console.Usage{Size: lsm + vlog, Free: free}, nil
+	sp := d.store.Space()
+	return console.Usage{Size: lsm + vlog, Free: sp.Free, Reserve: sp.Reserve, Low: sp.Low}, nil
 }
