@@ -22,7 +22,7 @@ import (
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
-	"github.com/webhookd/webhookd/replay"
+	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -46,7 +46,7 @@ type Records interface {
 // Recorder keeps a copy of each incoming request and its answer, for replay
 // testing. It must not block.
 type Recorder interface {
-	Record(replay.Record)
+	Record(recording.Record)
 }
 
 // Metrics counts what the public listener does. Labels must stay bounded:
@@ -375,8 +375,8 @@ func (s *Server) handlePublicError(c *fiber.Ctx, err error) error {
 		s.Observer.Rejected(label, webhookd.Delivery{}, reason, answerOf(err))
 		// The reason, not the error: a parse error's text quotes the
 		// request's bytes, credentials included.
-		s.logger.Info("delivery", zap.String("source", source), zap.String("decision", replay.Rejected), zap.Int("status", status), zap.String("reason", reason))
-		c.Set("Webhook-Decision", replay.Rejected)
+		s.logger.Info("delivery", zap.String("source", source), zap.String("decision", recording.Rejected), zap.Int("status", status), zap.String("reason", reason))
+		c.Set("Webhook-Decision", recording.Rejected)
 	}
 	return s.handleError(c, err)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/internal/jsonenc"
-	"github.com/webhookd/webhookd/replay"
+	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/signature"
 	"github.com/webhookd/webhookd/versioning"
 )
@@ -137,7 +137,7 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 	label := s.sourceLabel(name)
 	if err != nil {
 		status, _ = errorStatus(err)
-		decision = replay.Rejected
+		decision = recording.Rejected
 		reason := reasonOf(err)
 		s.Metrics.Rejected(label, reason)
 		s.Observer.Rejected(label, d, reason, answerOf(err))
@@ -200,7 +200,7 @@ func (s *Server) record(c *fiber.Ctx, source string, known bool, at time.Time, s
 	})
 	// The recorder writes later, on its own goroutine: nothing may point into
 	// fasthttp's buffers, which the next request reuses.
-	rec.Record(replay.Record{
+	rec.Record(recording.Record{
 		Time:     at,
 		Source:   strings.Clone(source),
 		Method:   strings.Clone(c.Method()),

@@ -13,13 +13,13 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/webhookd/webhookd/replay"
+	"github.com/webhookd/webhookd/recording"
 )
 
 func TestRecordsEveryRequestWithItsAnswer(t *testing.T) {
 	f := newFixture(t, nil)
 	path := filepath.Join(t.TempDir(), "rec", "deliveries.jsonl")
-	rec, err := replay.NewFileRecorder(path, []string{"X-Api-Key"}, zaptest.NewLogger(t))
+	rec, err := recording.NewFileRecorder(path, []string{"X-Api-Key"}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,10 +43,10 @@ func TestRecordsEveryRequestWithItsAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer file.Close()
-	var lines []replay.Record
+	var lines []recording.Record
 	sc := bufio.NewScanner(file)
 	for sc.Scan() {
-		var r replay.Record
+		var r recording.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("line %q: %v", sc.Text(), err)
 		}

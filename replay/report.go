@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/webhookd/webhookd/recording"
 )
 
 // Report is what a replay did: every line sent, and a summary.
@@ -113,7 +115,7 @@ func summarize(results []Result, elapsed time.Duration) Summary {
 
 // decisionRank orders the table as the README lists decisions.
 func decisionRank(d string) int {
-	if i := slices.Index([]string{"accepted", "duplicate", "stale", "conflict", Rejected, Failed}, d); i >= 0 {
+	if i := slices.Index([]string{"accepted", "duplicate", "stale", "conflict", recording.Rejected, Failed}, d); i >= 0 {
 		return i
 	}
 	return 6
@@ -224,3 +226,8 @@ func (r *Report) WriteFile(path string) error {
 	}
 	return nil
 }
+
+// Failed is the decision a replay reports for a line that got no usable
+// answer: the target was down, or answered something that is not
+// webhookd's.
+const Failed = "error"

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/signature"
 )
 
@@ -101,9 +102,9 @@ func NewRunner(opts Options) (*Runner, error) {
 // (target down, an answer without a decision) is reported on its line and
 // the run goes on. When ctx ends first, the lines not yet sent are left out
 // of the report and Run returns ctx's error with it.
-func (r *Runner) Run(ctx context.Context, lines []Line) (*Report, error) {
+func (r *Runner) Run(ctx context.Context, lines []recording.Line) (*Report, error) {
 	if r.opts.Source != "" {
-		var mine []Line
+		var mine []recording.Line
 		for _, l := range lines {
 			if l.SourceName() == r.opts.Source {
 				mine = append(mine, l)
@@ -197,7 +198,7 @@ var skipped = map[string]bool{
 }
 
 // send replays one line.
-func (r *Runner) send(ctx context.Context, l Line) Result {
+func (r *Runner) send(ctx context.Context, l recording.Line) Result {
 	res := Result{
 		Line:             l.N,
 		Source:           l.SourceName(),
@@ -260,7 +261,7 @@ func (r *Runner) send(ctx context.Context, l Line) Result {
 
 func redacted(values []string) bool {
 	for _, v := range values {
-		if v != Redacted {
+		if v != recording.Redacted {
 			return false
 		}
 	}
@@ -283,7 +284,7 @@ func decisionOf(resp *http.Response, raw []byte) (string, error) {
 		case body.Decision != "":
 			return body.Decision, nil
 		case body.Error != "" && resp.StatusCode >= 400:
-			return Rejected, nil
+			return recording.Rejected, nil
 		}
 	}
 	return "", fmt.Errorf("answer %d %s is not webhookd's (no decision): %s", resp.StatusCode, resp.Header.Get("Content-Type"), snippet(raw))

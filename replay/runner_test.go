@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/signature"
 )
 
@@ -57,10 +58,10 @@ func decide(w http.ResponseWriter, _ *http.Request, body []byte) {
 	fmt.Fprintf(w, `{"decision":%q}`, d)
 }
 
-func lines(t *testing.T, jsonl string) []Line {
+func lines(t *testing.T, jsonl string) []recording.Line {
 	t.Helper()
-	var out []Line
-	r := NewReader(strings.NewReader(jsonl))
+	var out []recording.Line
+	r := recording.NewReader(strings.NewReader(jsonl))
 	for {
 		l, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -73,7 +74,7 @@ func lines(t *testing.T, jsonl string) []Line {
 	}
 }
 
-func run(t *testing.T, opts Options, ls []Line) *Report {
+func run(t *testing.T, opts Options, ls []recording.Line) *Report {
 	t.Helper()
 	r, err := NewRunner(opts)
 	if err != nil {
@@ -106,7 +107,7 @@ func TestRunnerSendsEachLineAsRecorded(t *testing.T) {
 	if got := first.header.Values("X-Multi"); len(got) != 2 || first.header.Get("Webhook-Id") != "msg_1" || first.header.Get("Content-Type") != "application/json" {
 		t.Errorf("recorded headers not sent: %v", first.header)
 	}
-	for name, recorded := range map[string]string{"Connection": "keep-alive", "Authorization": Redacted, "Accept-Encoding": "br"} {
+	for name, recorded := range map[string]string{"Connection": "keep-alive", "Authorization": recording.Redacted, "Accept-Encoding": "br"} {
 		if v := first.header.Get(name); v == recorded {
 			t.Errorf("%s: %q was replayed", name, v)
 		}
@@ -163,7 +164,7 @@ func TestRunnerReportsMismatchesAndBadAnswers(t *testing.T) {
 		{"accepted", 202, false},
 		{"accepted", 202, true}, // expected duplicate
 		{Failed, 502, true},     // not webhookd's answer
-		{Rejected, 404, false},
+		{recording.Rejected, 404, false},
 		{"stale", 200, true}, // decision matches, status does not
 	}
 	if len(progress) != len(want) {
@@ -281,7 +282,7 @@ sources:
 		h["webhook-id"], h["webhook-timestamp"], h["webhook-signature"], body, h["webhook-timestamp"])
 
 	report := run(t, Options{Target: url, Expect: true}, lines(t, recorded))
-	if r := report.Results[0]; r.Decision != Rejected || r.Status != 401 {
+	if r := report.Results[0]; r.Decision != recording.Rejected || r.Status != 401 {
 		t.Errorf("old signature without re-signing: %+v", r)
 	}
 
@@ -297,7 +298,7 @@ sources:
 		t.Errorf("re-signing without webhook-id: %+v", r)
 	}
 	// A line refused for its signature keeps it: re-signing would let a forgery in.
-	if r := report.Results[3]; r.Decision != Rejected || r.Status != 401 || r.Mismatch {
+	if r := report.Results[3]; r.Decision != recording.Rejected || r.Status != 401 || r.Mismatch {
 		t.Errorf("recorded forgery: %+v", r)
 	}
 }

@@ -2,7 +2,7 @@
 // forward URL at, for demos and tests. It prints one line per request,
 // counts arrivals per Idempotency-Key, flags a version of a resource that
 // arrives after a newer one, checks the Standard Webhooks signature of
-// signed forwarding, records requests in the replay format, and injects
+// signed forwarding, records requests in the recording format, and injects
 // failures and latency on demand, so that webhookd's retries, ordering and
 // signing can be watched from the receiving end. GET /stats answers its
 // counts as JSON.

@@ -18,7 +18,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/webhookd/webhookd/replay"
+	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/signature"
 	"github.com/webhookd/webhookd/versioning"
 )
@@ -75,7 +75,7 @@ type Server struct {
 	out      io.Writer
 	logger   *zap.Logger
 	verifier signature.Verifier // nil without a secret
-	recorder *replay.FileRecorder
+	recorder *recording.FileRecorder
 
 	mu      sync.Mutex // guards the counts below and writes to out
 	stats   Stats
@@ -114,7 +114,7 @@ func NewServer(cfg Config, out io.Writer, logger *zap.Logger) (*Server, error) {
 		s.verifier = v
 	}
 	if cfg.Record != "" {
-		rec, err := replay.NewFileRecorder(cfg.Record, cfg.Redact, logger)
+		rec, err := recording.NewFileRecorder(cfg.Record, cfg.Redact, logger)
 		if err != nil {
 			rec.Close()
 			return nil, err
@@ -219,7 +219,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(answer)
 
 	if s.recorder != nil {
-		s.recorder.Record(replay.Record{
+		s.recorder.Record(recording.Record{
 			Time:       time.Now(),
 			Source:     r.Header.Get("Webhook-Source"),
 			Method:     r.Method,

@@ -14,7 +14,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/webhookd/webhookd/replay"
+	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/signature"
 )
 
@@ -239,7 +239,7 @@ func TestRecordsRequestsInReplayFormat(t *testing.T) {
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	lines, torn, err := replay.ReadFile(path)
+	lines, torn, err := recording.ReadFile(path)
 	if err != nil || len(torn) > 0 {
 		t.Fatal(err, torn)
 	}
@@ -248,7 +248,7 @@ func TestRecordsRequestsInReplayFormat(t *testing.T) {
 	}
 	l := lines[0]
 	body, _ := l.Payload()
-	if l.Source != "billing" || l.Path != "/billing" || string(body) != `{"a":1}` || l.Headers["Authorization"][0] != replay.Redacted || l.Headers["X-Api-Key"][0] != replay.Redacted {
+	if l.Source != "billing" || l.Path != "/billing" || string(body) != `{"a":1}` || l.Headers["Authorization"][0] != recording.Redacted || l.Headers["X-Api-Key"][0] != recording.Redacted {
 		t.Errorf("recorded %+v, body %q", l.Record, body)
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/gateway"
 	"github.com/webhookd/webhookd/metrics"
-	"github.com/webhookd/webhookd/replay"
+	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -158,7 +158,7 @@ type Main struct {
 	Forwarder *forward.Forwarder
 	Server    *gateway.Server
 	Console   *console.Console
-	recorders []*replay.FileRecorder
+	recorders []*recording.FileRecorder
 
 	closeOnce sync.Once
 	closeErr  error
@@ -240,13 +240,13 @@ func (m *Main) openRecorders() map[string]gateway.Recorder {
 			redact[file] = append(redact[file], r.Redact...)
 		}
 	}
-	byFile := make(map[string]*replay.FileRecorder)
+	byFile := make(map[string]*recording.FileRecorder)
 	open := func(r *configs.Record) gateway.Recorder {
 		file := fileOf(r)
 		if rec, ok := byFile[file]; ok {
 			return rec
 		}
-		rec, err := replay.NewFileRecorder(r.Path, redact[file], m.Logger.Named("record"))
+		rec, err := recording.NewFileRecorder(r.Path, redact[file], m.Logger.Named("record"))
 		if err != nil {
 			m.Logger.Error("open recording; deliveries go on unrecorded until it opens", zap.String("path", r.Path), zap.Error(err))
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/replay"
 )
 
@@ -60,7 +61,7 @@ Exits 1 when a line mismatched or got no usable answer.`,
 			if err != nil {
 				return err
 			}
-			lines, torn, err := replay.ReadFile(file)
+			lines, torn, err := recording.ReadFile(file)
 			if err != nil {
 				return err
 			}

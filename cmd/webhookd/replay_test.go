@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/replay"
 	"github.com/webhookd/webhookd/sink"
 )
@@ -124,7 +125,7 @@ func TestShippedRecordingsReplay(t *testing.T) {
 			if err != nil {
 				t.Fatalf("replay: %v\n%s", err, out)
 			}
-			lines, torn, err := replay.ReadFile(recordings + tc.file)
+			lines, torn, err := recording.ReadFile(recordings + tc.file)
 			if err != nil || len(torn) > 0 {
 				t.Fatal(err, torn)
 			}
@@ -302,7 +303,7 @@ func TestGatewayRecordingReplaysOnAFreshGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lines, torn, err := replay.ReadFile(path)
+	lines, torn, err := recording.ReadFile(path)
 	if err != nil || len(torn) > 0 {
 		t.Fatal(err, torn)
 	}
@@ -310,7 +311,7 @@ func TestGatewayRecordingReplaysOnAFreshGateway(t *testing.T) {
 	for _, l := range lines {
 		decisions = append(decisions, fmt.Sprint(l.Decision, " ", l.Status))
 		for name, values := range l.Headers {
-			if (strings.EqualFold(name, "Authorization") || strings.EqualFold(name, "X-Secret")) && values[0] != replay.Redacted {
+			if (strings.EqualFold(name, "Authorization") || strings.EqualFold(name, "X-Secret")) && values[0] != recording.Redacted {
 				t.Errorf("line %d: %s recorded as %q", l.N, name, values[0])
 			}
 		}
@@ -365,13 +366,13 @@ func TestSharedRecordingRedactsForEverySource(t *testing.T) {
 			if n := len(m.recorders); n != 1 {
 				t.Errorf("%d recorders, want one for the one file", n)
 			}
-			lines, torn, err := replay.ReadFile(path)
+			lines, torn, err := recording.ReadFile(path)
 			if err != nil || len(lines) != 2 || len(torn) > 0 {
 				t.Fatalf("recording: %d lines, %d torn, %v; want both deliveries in one file", len(lines), len(torn), err)
 			}
 			for _, l := range lines {
 				for name, values := range l.Headers {
-					if strings.EqualFold(name, "X-Api-Key") && values[0] != replay.Redacted {
+					if strings.EqualFold(name, "X-Api-Key") && values[0] != recording.Redacted {
 						t.Errorf("line %d (%s): %s recorded as %q", l.N, l.Source, name, values[0])
 					}
 				}

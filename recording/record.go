@@ -1,4 +1,4 @@
-package replay
+package recording
 
 import (
 	"bufio"
@@ -15,16 +15,10 @@ import (
 	"time"
 )
 
-// Decisions a recording holds besides webhookd's own (accepted, duplicate,
-// stale, conflict).
-const (
-	// Rejected is a request refused before any decision: a bad signature,
-	// bad input, an unknown source.
-	Rejected = "rejected"
-	// Failed is what a replay reports for a line that got no usable answer:
-	// the target was down, or answered something that is not webhookd's.
-	Failed = "error"
-)
+// Rejected is the decision a recording holds, besides webhookd's own
+// (accepted, duplicate, stale, conflict), for a request refused before any
+// decision: a bad signature, bad input, an unknown source.
+const Rejected = "rejected"
 
 // recordedDecisions are the decisions a recording line may expect.
 var recordedDecisions = map[string]bool{
