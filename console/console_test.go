@@ -17,6 +17,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -77,7 +78,7 @@ func (f *fixture) forwarding() {
 		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
 	}))
 	f.t.Cleanup(down.Close)
-	fw := forward.New(f.store, map[string]forward.Route{
+	fw := sender.New(f.store, map[string]sender.Route{
 		"billing": {URL: down.URL, Timeout: time.Second, Concurrency: 1, Policy: forward.RetryPolicy{MaxAttempts: 1, Initial: time.Millisecond, Max: time.Millisecond}},
 		"ledger":  {URL: down.URL, Timeout: time.Second, Concurrency: 1, Policy: forward.RetryPolicy{MaxAttempts: 100, Initial: time.Hour, Max: time.Hour}},
 	}, zaptest.NewLogger(f.t))

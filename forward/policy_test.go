@@ -72,28 +72,3 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
-
-func TestEntryEncoding(t *testing.T) {
-	body := []byte("{\"a\":1}\x00\xff raw bytes")
-	e := Entry{Source: "s", RequestID: "r", Resource: "x", Version: "3", ContentType: "application/json", Headers: map[string]string{"X-Request-Id": "q"}, Attempts: 2, Body: body}
-	b, err := e.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got Entry
-	if err := got.Decode(b, true); err != nil {
-		t.Fatal(err)
-	}
-	if string(got.Body) != string(body) || got.RequestID != "r" || got.Headers["X-Request-Id"] != "q" || got.Attempts != 2 {
-		t.Errorf("round trip = %+v", got)
-	}
-	var meta Entry
-	if err := meta.Decode(b, false); err != nil || meta.Body != nil || meta.Version != "3" {
-		t.Errorf("metadata only = %+v, %v", meta, err)
-	}
-	for _, bad := range [][]byte{nil, {0xff}, {50, '{'}} {
-		if err := new(Entry).Decode(bad, true); err == nil {
-			t.Errorf("Decode(%q) succeeded", bad)
-		}
-	}
-}

@@ -22,7 +22,7 @@ import (
 // the rest.
 func (t *tx) enqueue(e *forward.Entry, expiresAt uint64) error {
 	e.Seq = t.nextSeq()
-	payload, err := e.Encode()
+	payload, err := encodeEntry(e)
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (t *tx) getEntry(key []byte, withBody bool) (e forward.Entry, found bool, e
 
 // decodeEntry decodes b, the value at key.
 func (t *tx) decodeEntry(key, b []byte, withBody bool) (e forward.Entry, err error) {
-	if err := e.Decode(b, withBody); err != nil {
+	if err := decodeEntryValue(b, withBody, &e); err != nil {
 		return e, fmt.Errorf("%q: %w", key, err)
 	}
 	if key[0] != prefixOutbox {
@@ -128,7 +128,7 @@ func (t *tx) payload(e *forward.Entry) ([]byte, error) {
 	var createdAt time.Time
 	// DecodeBody copies the body out, so the value itself need not be.
 	err = item.Value(func(p []byte) error {
-		body, createdAt, err = forward.DecodeBody(p)
+		body, createdAt, err = decodeBody(p)
 		return err
 	})
 	if err != nil {
@@ -270,7 +270,7 @@ func (s *Store) Settle(ctx context.Context, e forward.Entry, r forward.Result) e
 				return err
 			}
 			var cur forward.Entry
-			if err := cur.Decode(b, true); err != nil {
+			if err := decodeEntryValue(b, true, &cur); err != nil {
 				return fmt.Errorf("%q: %w", key, err)
 			}
 			cur.Attempts, cur.LastStatus, cur.LastError = r.Attempts, r.Status, r.Error
@@ -319,7 +319,7 @@ func (s *Store) Holds(ctx context.Context, e forward.Entry) (bool, error) {
 }
 
 func (t *tx) setEntry(key []byte, e *forward.Entry) error {
-	b, err := e.Encode()
+	b, err := encodeEntry(e)
 	if err != nil {
 		return err
 	}

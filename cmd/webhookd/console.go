@@ -5,13 +5,13 @@ import (
 
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/console"
-	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/store"
 )
 
 // attempts tells each of its Metrics of every forward attempt: Prometheus
 // and the console's overview.
-type attempts []forward.Metrics
+type attempts []sender.Metrics
 
 func (a attempts) Attempted(source, result string, took time.Duration) {
 	for _, m := range a {

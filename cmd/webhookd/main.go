@@ -20,6 +20,7 @@ import (
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/console"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/gateway"
 	"github.com/webhookd/webhookd/metrics"
 	"github.com/webhookd/webhookd/recording"
@@ -155,7 +156,7 @@ type Main struct {
 	Logger *zap.Logger
 
 	Store     *store.Store
-	Forwarder *forward.Forwarder
+	Forwarder *sender.Forwarder
 	Server    *gateway.Server
 	Console   *console.Console
 	recorders []*recording.FileRecorder
@@ -180,7 +181,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.Store.Open(); err != nil {
 		return err
 	}
-	m.Forwarder = forward.New(m.Store, routes(m.Config), m.Logger.Named("forward"))
+	m.Forwarder = sender.New(m.Store, routes(m.Config), m.Logger.Named("forward"))
 	var sources []string
 	for _, s := range m.Config.Sources {
 		sources = append(sources, s.Name)
@@ -289,14 +290,14 @@ func fileOf(r *configs.Record) string {
 }
 
 // routes turns each forwarding source's configuration into a route.
-func routes(cfg *configs.Config) map[string]forward.Route {
-	rs := make(map[string]forward.Route)
+func routes(cfg *configs.Config) map[string]sender.Route {
+	rs := make(map[string]sender.Route)
 	for _, s := range cfg.Sources {
 		f := s.Forward
 		if f == nil {
 			continue
 		}
-		r := forward.Route{
+		r := sender.Route{
 			URL:         f.URL,
 			Timeout:     f.Timeout,
 			Concurrency: f.Concurrency,

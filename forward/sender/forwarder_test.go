@@ -1,4 +1,4 @@
-package forward_test
+package sender_test
 
 import (
 	"context"
@@ -27,6 +27,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -110,8 +111,8 @@ func openStore(t *testing.T, dir string) *store.Store {
 	return s
 }
 
-func route(url string) forward.Route {
-	return forward.Route{
+func route(url string) sender.Route {
+	return sender.Route{
 		URL:         url,
 		Timeout:     2 * time.Second,
 		Concurrency: 4,
@@ -119,9 +120,9 @@ func route(url string) forward.Route {
 	}
 }
 
-func start(t *testing.T, s *store.Store, routes map[string]forward.Route) *forward.Forwarder {
+func start(t *testing.T, s *store.Store, routes map[string]sender.Route) *sender.Forwarder {
 	t.Helper()
-	f := forward.New(s, routes, zaptest.NewLogger(t))
+	f := sender.New(s, routes, zaptest.NewLogger(t))
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestForwardsExactBodyAndHeaders(t *testing.T) {
 	down := newDownstream(t, nil)
 	r := route(down.URL + "/billing")
 	r.Headers = map[string]string{"Authorization": "Bearer downstream-token"}
-	start(t, s, map[string]forward.Route{"billing": r})
+	start(t, s, map[string]sender.Route{"billing": r})
 	accept(t, s, "billing", "req-1", "sub_1", 7)
 	eventually(t, "delivery", func() bool { return len(down.delivered()) == 1 })
 	a := down.delivered()[0]
@@ -234,8 +235,8 @@ func TestBacklogPastTheBodyBudgetIsReadBack(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		accept(t, s, "billing", fmt.Sprint("req-", i), "", i)
 	}
-	f := forward.New(s, map[string]forward.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
-	forward.SetBodyBudget(f, 100) // about two of these bodies
+	f := sender.New(s, map[string]sender.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+	sender.SetBodyBudget(f, 100) // about two of these bodies
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +258,7 @@ func TestBacklogPastTheBodyBudgetIsReadBack(t *testing.T) {
 func TestDuplicatesAndStaleAreNeverForwarded(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, nil)
-	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
 	decisions := []webhookd.Decision{
 		accept(t, s, "billing", "req-2", "sub_1", 2),
 		accept(t, s, "billing", "req-2", "sub_1", 2),
@@ -285,7 +286,7 @@ func TestFailsTwiceThenDelivered(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
 	accept(t, s, "billing", "req-1", "", 0)
 	eventually(t, "receipt delivered", delivered(t, s, "req-1"))
 	all := down.all()
@@ -339,7 +340,7 @@ func TestSettleThatFailedIsNotSentAgain(t *testing.T) {
 				r := route(down.URL)
 				r.Supersede = supersede
 				o := &settleFailsOnce{Store: s, lands: lands}
-				f := forward.New(o, map[string]forward.Route{"billing": r}, zaptest.NewLogger(t))
+				f := sender.New(o, map[string]sender.Route{"billing": r}, zaptest.NewLogger(t))
 				if err := f.Open(); err != nil {
 					t.Fatal(err)
 				}
@@ -386,7 +387,7 @@ func TestUnsettledAttemptIsRecordedAlone(t *testing.T) {
 			r.Supersede = true
 			o := &settleThenHoldsFail{settleFailsOnce: settleFailsOnce{Store: s}}
 			o.holdsFailed.Store(!holdsFails)
-			f := forward.New(o, map[string]forward.Route{"billing": r}, zaptest.NewLogger(t))
+			f := sender.New(o, map[string]sender.Route{"billing": r}, zaptest.NewLogger(t))
 			if err := f.Open(); err != nil {
 				t.Fatal(err)
 			}
@@ -436,7 +437,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	})
 	r := route(down.URL) // backoff alone would retry after 10 ms
 	r.Policy.Max = 5 * time.Second
-	start(t, s, map[string]forward.Route{"billing": r})
+	start(t, s, map[string]sender.Route{"billing": r})
 	accept(t, s, "billing", "req-1", "", 0)
 	eventually(t, "second attempt", func() bool { return len(down.all()) == 2 })
 	all := down.all()
@@ -448,7 +449,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, func(*http.Request, int) int { return http.StatusBadRequest })
-	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
 	accept(t, s, "billing", "req-1", "sub_1", 1)
 	eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
 	if n := len(down.all()); n != 1 {
@@ -496,7 +497,7 @@ func TestDeadLetterKeepsTheBodySentAfterThePayloadExpired(t *testing.T) {
 	for v := 1; v <= 8; v++ {
 		accept(t, s, "billing", fmt.Sprintf("req-%d", v), "sub_1", v)
 	}
-	start(t, s, map[string]forward.Route{"billing": r})
+	start(t, s, map[string]sender.Route{"billing": r})
 	eventually(t, "empty outbox", outboxEmpty(t, s))
 	dead, err := s.DeadLetters(ctx, "billing")
 	if err != nil || len(dead) != 8 {
@@ -523,7 +524,7 @@ func TestDownstreamDownPastMaxAttemptsThenRetried(t *testing.T) {
 	ln.Close()
 	r := route("http://" + addr + "/hook")
 	r.Policy.MaxAttempts = 3
-	start(t, s, map[string]forward.Route{"billing": r})
+	start(t, s, map[string]sender.Route{"billing": r})
 	accept(t, s, "billing", "req-1", "", 0)
 	eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
 	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 3 || f.LastError == "" {
@@ -569,7 +570,7 @@ func TestVersionsArriveInOrder(t *testing.T) {
 			r := route(down.URL)
 			r.Supersede = supersede
 			r.Policy.MaxAttempts = 1000
-			start(t, s, map[string]forward.Route{"billing": r})
+			start(t, s, map[string]sender.Route{"billing": r})
 			for _, res := range []string{"sub_a", "sub_b"} {
 				for v := 1; v <= 5; v++ {
 					if d := accept(t, s, "billing", fmt.Sprintf("%s-v%d", res, v), res, v); d != webhookd.Accepted {
@@ -621,7 +622,7 @@ func TestPendingEntriesSurviveReopen(t *testing.T) {
 	}
 	s = openStore(t, dir)
 	down := newDownstream(t, nil)
-	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
 	eventually(t, "empty outbox", outboxEmpty(t, s))
 	got := down.delivered()
 	if len(got) != 3 {
@@ -642,7 +643,7 @@ func TestSlowDownstreamHoldsUpOnlyItsSource(t *testing.T) {
 	fast := newDownstream(t, nil)
 	slowRoute := route(slow.URL)
 	slowRoute.Concurrency = 1
-	start(t, s, map[string]forward.Route{"slow": slowRoute, "fast": route(fast.URL)})
+	start(t, s, map[string]sender.Route{"slow": slowRoute, "fast": route(fast.URL)})
 	for i := 0; i < 3; i++ {
 		accept(t, s, "slow", fmt.Sprint("s-", i), "", 0)
 	}
@@ -655,7 +656,7 @@ func TestSlowDownstreamHoldsUpOnlyItsSource(t *testing.T) {
 func TestRedeliver(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, nil)
-	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
 	accept(t, s, "billing", "req-1", "sub_1", 1)
 	accept(t, s, "billing", "req-0", "sub_1", 0) // stale
 	eventually(t, "delivered", delivered(t, s, "req-1"))
@@ -698,7 +699,7 @@ func TestCloseAbandonsInFlightAndKeepsTheEntry(t *testing.T) {
 	})
 	r := route(down.URL)
 	r.Timeout = time.Minute
-	f := forward.New(s, map[string]forward.Route{"billing": r}, zaptest.NewLogger(t))
+	f := sender.New(s, map[string]sender.Route{"billing": r}, zaptest.NewLogger(t))
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -736,7 +737,7 @@ func TestSignedForwarding(t *testing.T) {
 	down := newDownstream(t, nil)
 	r := route(down.URL)
 	r.SignSecret = secret
-	start(t, s, map[string]forward.Route{"billing": r})
+	start(t, s, map[string]sender.Route{"billing": r})
 	accept(t, s, "billing", "req-1", "", 0)
 	eventually(t, "delivery", func() bool { return len(down.delivered()) == 1 })
 	a := down.delivered()[0]
@@ -774,7 +775,7 @@ func TestEntryWhosePayloadExpiredIsDeadLettered(t *testing.T) {
 	time.Sleep(2100 * time.Millisecond)
 	s = openStore(t, dir)
 	down := newDownstream(t, nil)
-	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
 	eventually(t, "empty outbox", outboxEmpty(t, s))
 	if n := len(down.all()); n != 0 {
 		t.Errorf("the downstream got %d requests for an entry without a payload", n)
@@ -805,7 +806,7 @@ func TestAttemptLogLines(t *testing.T) {
 	r := route(down.URL)
 	r.Policy.MaxAttempts = 2
 	core, logs := observer.New(zapcore.InfoLevel)
-	f := forward.New(s, map[string]forward.Route{"billing": r}, zap.New(core))
+	f := sender.New(s, map[string]sender.Route{"billing": r}, zap.New(core))
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package forward
+package sender
 
 import (
 	"container/heap"
@@ -18,29 +18,25 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/signature"
 )
-
-// ErrPayloadGone is Outbox.Body's error for an entry whose body is no
-// longer held (it waited longer than the receipt TTL): it is dead-lettered,
-// as nothing can be sent.
-var ErrPayloadGone = errors.New("payload no longer held")
 
 // Outbox is what the forwarder needs of the store.
 type Outbox interface {
 	// Pending returns entries after position after, in outbox order, with
 	// their bodies while they add up to no more than bodies bytes (entries
 	// the store holds in memory come with theirs).
-	Pending(ctx context.Context, after uint64, limit, bodies int) ([]Entry, error)
+	Pending(ctx context.Context, after uint64, limit, bodies int) ([]forward.Entry, error)
 	// Body returns the body of an entry held without it.
-	Body(ctx context.Context, e Entry) ([]byte, error)
+	Body(ctx context.Context, e forward.Entry) ([]byte, error)
 	// Settle records what became of an entry, with its receipt, atomically.
 	// The entry must still be in the outbox. A dead letter keeps e.Body, the
 	// body sent, when the payload expired while the entry waited its turn.
-	Settle(ctx context.Context, e Entry, r Result) error
+	Settle(ctx context.Context, e forward.Entry, r forward.Result) error
 	// Holds reports whether an entry is still in the outbox: a Settle that
 	// failed may have been recorded all the same.
-	Holds(ctx context.Context, e Entry) (bool, error)
+	Holds(ctx context.Context, e forward.Entry) (bool, error)
 	// Notify is signalled when entries were added.
 	Notify() <-chan struct{}
 }
@@ -50,7 +46,7 @@ type Route struct {
 	URL         string
 	Timeout     time.Duration
 	Concurrency int
-	Policy      RetryPolicy
+	Policy      forward.RetryPolicy
 	// Supersede skips a pending entry whose resource has a newer one pending.
 	Supersede bool
 	Headers   map[string]string // static headers added to every request
@@ -210,10 +206,10 @@ func newRoute(name string, r Route) *route {
 
 type lane struct {
 	key       string
-	entries   []Entry // outbox order; metadata only
+	entries   []forward.Entry // outbox order; metadata only
 	busy      bool
-	recheck   bool    // the head's last job failed on the store: it may be settled already
-	unsettled *Result // with recheck: the head was sent, and its result is still to record
+	recheck   bool            // the head's last job failed on the store: it may be settled already
+	unsettled *forward.Result // with recheck: the head was sent, and its result is still to record
 }
 
 // job is one piece of work for a worker: deliver entries[0], or mark all
@@ -221,19 +217,19 @@ type lane struct {
 type job struct {
 	route     *route
 	lane      *lane
-	entries   []Entry
+	entries   []forward.Entry
 	supersede bool
-	recheck   bool    // the lane's, copied: only the scheduler reads lanes
-	unsettled *Result // the lane's, copied
+	recheck   bool            // the lane's, copied: only the scheduler reads lanes
+	unsettled *forward.Result // the lane's, copied
 }
 
 // settled is a job's outcome, back to the scheduler.
 type settled struct {
 	job
-	retry     *Entry  // the head, rescheduled; nil when the job's entries are done
-	keep      bool    // nothing was recorded: the entries stay as they were
-	recheck   bool    // with retry: the store failed, so the head may be settled already
-	unsettled *Result // with recheck: the head's attempt, to record instead of sending again
+	retry     *forward.Entry  // the head, rescheduled; nil when the job's entries are done
+	keep      bool            // nothing was recorded: the entries stay as they were
+	recheck   bool            // with retry: the store failed, so the head may be settled already
+	unsettled *forward.Result // with recheck: the head's attempt, to record instead of sending again
 }
 
 func (f *Forwarder) run() {
@@ -290,7 +286,7 @@ func (f *Forwarder) load() {
 	}
 }
 
-func (f *Forwarder) enqueue(e Entry) {
+func (f *Forwarder) enqueue(e forward.Entry) {
 	r, ok := f.routes[e.Source]
 	if !ok {
 		r = newRoute(e.Source, Route{Concurrency: 1})
@@ -394,7 +390,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 	// Try the lane again after a pause rather than spin on a failing store.
 	// unsettled is an attempt still to record: it stays so until the store
 	// takes it.
-	storeFailed := func(what string, err error, unsettled *Result) settled {
+	storeFailed := func(what string, err error, unsettled *forward.Result) settled {
 		f.Logger.Error(what, zap.String("request_id", e.RequestID), zap.Error(err))
 		e.NextAttemptAt = f.now().Add(max(j.route.Policy.Initial, time.Second))
 		s.retry, s.recheck, s.unsettled = &e, true, unsettled
@@ -403,7 +399,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 	// An attempt is recorded before the lane moves on. One the store
 	// failed to record is recorded again, not sent again: a store that
 	// can read but not write would have the downstream get it without end.
-	record := func(sent Entry, r Result) settled {
+	record := func(sent forward.Entry, r forward.Result) settled {
 		if err := f.outbox.Settle(f.ctx, sent, r); err != nil {
 			return storeFailed("settle forward attempt", err, &r)
 		}
@@ -436,7 +432,7 @@ func (f *Forwarder) do(j job, release func()) settled {
 	if j.supersede {
 		release()
 		for _, old := range j.entries {
-			r := Result{State: webhookd.ForwardSuperseded, Attempts: old.Attempts, At: now}
+			r := forward.Result{State: webhookd.ForwardSuperseded, Attempts: old.Attempts, At: now}
 			if err := f.outbox.Settle(f.ctx, old, r); err != nil {
 				return storeFailed("settle superseded entry", err, nil)
 			}
@@ -453,18 +449,18 @@ func (f *Forwarder) do(j job, release func()) settled {
 			return s
 		case webhookd.ErrorCode(err) == webhookd.ENOTFOUND:
 			return s // settled already: nothing left to send
-		case errors.Is(err, ErrPayloadGone):
+		case errors.Is(err, forward.ErrPayloadGone):
 			gone = true
 		case err != nil:
 			return storeFailed("read outbox entry", err, nil)
 		}
 	}
-	var r Result
+	var r forward.Result
 	switch {
 	case j.route.orphan:
-		r = Result{State: webhookd.ForwardDead, Attempts: e.Attempts, Error: fmt.Sprintf("source %q has no forward configuration", e.Source), At: now}
+		r = forward.Result{State: webhookd.ForwardDead, Attempts: e.Attempts, Error: fmt.Sprintf("source %q has no forward configuration", e.Source), At: now}
 	case gone:
-		r = Result{State: webhookd.ForwardDead, Attempts: e.Attempts, Error: "its payload expired (receipt_ttl) before it could be forwarded", At: now}
+		r = forward.Result{State: webhookd.ForwardDead, Attempts: e.Attempts, Error: "its payload expired (receipt_ttl) before it could be forwarded", At: now}
 	default:
 		var ok bool
 		r, ok = f.attempt(j.route, &full)
@@ -479,16 +475,16 @@ func (f *Forwarder) do(j job, release func()) settled {
 
 // attempt sends e once. ok is false when the attempt was abandoned because
 // the forwarder is closing.
-func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
+func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok bool) {
 	n := e.Attempts + 1
 	start := time.Now()
 	status, retryAfter, err := f.post(r, e, n)
 	took := time.Since(start)
 	now := f.now()
 	if err != nil && f.ctx.Err() != nil {
-		return Result{}, false
+		return forward.Result{}, false
 	}
-	res = Result{State: webhookd.ForwardDelivered, Attempts: n, Status: status, At: now}
+	res = forward.Result{State: webhookd.ForwardDelivered, Attempts: n, Status: status, At: now}
 	// The attempt's fields are built only for a line that is written:
 	// Logger.With encodes them at once, 2.5 % of the CPU while draining.
 	log := func(level zapcore.Level, msg string, more ...zap.Field) {
@@ -503,12 +499,12 @@ func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
 	} else if status >= 300 {
 		res.Error = fmt.Sprintf("downstream answered %d %s", status, http.StatusText(status))
 	}
-	switch Judge(status) {
-	case Delivered:
+	switch forward.Judge(status) {
+	case forward.Delivered:
 		f.Metrics.Attempted(e.Source, "delivered", took)
 		log(zapcore.DebugLevel, "forwarded")
 		return res, true
-	case Retry:
+	case forward.Retry:
 		if n < r.Policy.MaxAttempts {
 			f.Metrics.Attempted(e.Source, "retry", took)
 			res.State = webhookd.ForwardRetrying
@@ -527,7 +523,7 @@ func (f *Forwarder) attempt(r *route, e *Entry) (res Result, ok bool) {
 // post sends one attempt; status is 0 when no answer came. A redirect is
 // not followed: it is the downstream's configuration error, not something
 // to replay a body to.
-func (f *Forwarder) post(r *route, e *Entry, attempt int) (status int, retryAfter time.Duration, err error) {
+func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, retryAfter time.Duration, err error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -566,7 +562,7 @@ func (f *Forwarder) post(r *route, e *Entry, attempt int) (status int, retryAfte
 	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		return 0, 0, err
 	}
-	return resp.StatusCode(), RetryAfter(string(resp.Header.Peek("Retry-After")), f.now()), nil
+	return resp.StatusCode(), forward.RetryAfter(string(resp.Header.Peek("Retry-After")), f.now()), nil
 }
 
 // setHeader sets a configured or passed-through header. Those that frame

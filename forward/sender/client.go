@@ -1,4 +1,4 @@
-package forward
+package sender
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package forward_test
+package sender_test
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
-	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -61,7 +61,7 @@ func BenchmarkForward(b *testing.B) {
 
 	r := route(down.URL)
 	r.Concurrency = 64
-	f := forward.New(s, map[string]forward.Route{"bench": r}, zap.NewNop())
+	f := sender.New(s, map[string]sender.Route{"bench": r}, zap.NewNop())
 	b.ResetTimer()
 	if err := f.Open(); err != nil {
 		b.Fatal(err)

@@ -1,4 +1,4 @@
-package forward
+package store
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/webhookd/webhookd/forward"
 )
 
 // FuzzEncode checks the hand-written metadata against encoding/json, byte
@@ -17,7 +19,7 @@ func FuzzEncode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, source, requestID, resource, version, contentType, hk, hv, lastError string,
 		sec int64, attempts, status int, dead bool, body []byte) {
 		at := time.Unix(sec, 0).UTC()
-		e := &Entry{
+		e := &forward.Entry{
 			Source: source, RequestID: requestID, Resource: resource, Version: version,
 			ContentType: contentType, CreatedAt: at, Attempts: attempts, NextAttemptAt: at.Add(time.Second),
 			LastStatus: status, LastError: lastError, Body: body,
@@ -29,14 +31,14 @@ func FuzzEncode(f *testing.F) {
 			e.DeadAt, e.BodyLost = &at, true
 		}
 		want, wantErr := json.Marshal(e)
-		got, err := e.Encode()
+		got, err := encodeEntry(e)
 		if (err != nil) != (wantErr != nil) {
 			t.Fatalf("Encode: error %v, encoding/json's %v", err, wantErr)
 		}
 		if err != nil {
 			return
 		}
-		meta, rest, err := split(got)
+		meta, rest, err := splitEntry(got)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,16 +53,16 @@ func FuzzEncode(f *testing.F) {
 // of a full entry but Seq and Body (not JSON) appears in its encoding.
 func TestEncodeWritesEveryField(t *testing.T) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
-	e := &Entry{
+	e := &forward.Entry{
 		Seq: 7, Source: "s", RequestID: "r", Resource: "res", Version: "2", ContentType: "application/json",
 		Headers: map[string]string{"X-A": "1"}, CreatedAt: at, Attempts: 2, NextAttemptAt: at,
 		LastStatus: 503, LastError: "busy", DeadAt: &at, BodyLost: true, Body: []byte("{}"),
 	}
-	b, err := e.Encode()
+	b, err := encodeEntry(e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	meta, _, err := split(b)
+	meta, _, err := splitEntry(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,15 +70,40 @@ func TestEncodeWritesEveryField(t *testing.T) {
 	if err := json.Unmarshal(meta, &fields); err != nil {
 		t.Fatal(err)
 	}
-	if n := reflect.TypeFor[Entry]().NumField() - 2; len(fields) != n {
+	if n := reflect.TypeFor[forward.Entry]().NumField() - 2; len(fields) != n {
 		t.Errorf("%d fields encoded, want %d: %s", len(fields), n, meta)
 	}
-	var back Entry
-	if err := back.Decode(b, true); err != nil {
+	var back forward.Entry
+	if err := decodeEntryValue(b, true, &back); err != nil {
 		t.Fatal(err)
 	}
 	back.Seq = e.Seq
 	if !reflect.DeepEqual(&back, e) {
 		t.Errorf("Decode(Encode(e)) = %+v, want %+v", back, *e)
+	}
+}
+
+func TestEntryEncoding(t *testing.T) {
+	body := []byte("{\"a\":1}\x00\xff raw bytes")
+	e := forward.Entry{Source: "s", RequestID: "r", Resource: "x", Version: "3", ContentType: "application/json", Headers: map[string]string{"X-Request-Id": "q"}, Attempts: 2, Body: body}
+	b, err := encodeEntry(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got forward.Entry
+	if err := decodeEntryValue(b, true, &got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Body) != string(body) || got.RequestID != "r" || got.Headers["X-Request-Id"] != "q" || got.Attempts != 2 {
+		t.Errorf("round trip = %+v", got)
+	}
+	var meta forward.Entry
+	if err := decodeEntryValue(b, false, &meta); err != nil || meta.Body != nil || meta.Version != "3" {
+		t.Errorf("metadata only = %+v, %v", meta, err)
+	}
+	for _, bad := range [][]byte{nil, {0xff}, {50, '{'}} {
+		if err := decodeEntryValue(bad, true, new(forward.Entry)); err == nil {
+			t.Errorf("decode(%q) succeeded", bad)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package forward_test
+package sender_test
 
 import (
 	"bufio"
@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/forward/sender"
 )
 
 // A downstream that reads the whole request, then resets the connection,
@@ -57,7 +57,7 @@ func TestEverySendIsACountedAttempt(t *testing.T) {
 		}
 	}()
 	s := openStore(t, t.TempDir())
-	start(t, s, map[string]forward.Route{"billing": route("http://" + ln.Addr().String())})
+	start(t, s, map[string]sender.Route{"billing": route("http://" + ln.Addr().String())})
 	acceptRaw(t, s, "req-1", "application/json", "{}")
 	eventually(t, "delivered", delivered(t, s, "req-1"))
 	mu.Lock()

@@ -1,4 +1,4 @@
-package forward_test
+package sender_test
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd"
-	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -58,7 +58,7 @@ func TestRequestAndAnswerOnTheWire(t *testing.T) {
 	r := route(down.URL + "/hooks//a%2Fb?token=x%20y&n=1")
 	r.Headers = map[string]string{"Host": "elsewhere.example", "Connection": "close", "Content-Length": "1",
 		"Proxy-Authorization": "Basic c2VjcmV0", "Proxy-Connection": "close"}
-	start(t, s, map[string]forward.Route{"billing": r})
+	start(t, s, map[string]sender.Route{"billing": r})
 	acceptRaw(t, s, "req-1", "", "a=1")
 	eventually(t, "delivered", delivered(t, s, "req-1"))
 	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 1 || f.LastStatus != 200 {
@@ -88,7 +88,7 @@ func TestRequestAndAnswerOnTheWire(t *testing.T) {
 func TestDroppedIdleConnectionCostsOneAttempt(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, nil)
-	start(t, s, map[string]forward.Route{"billing": route(down.URL)})
+	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
 	acceptRaw(t, s, "req-1", "application/json", "{}")
 	eventually(t, "first delivered", delivered(t, s, "req-1"))
 	down.CloseClientConnections()
@@ -109,8 +109,8 @@ func TestForwardsOverTLS(t *testing.T) {
 	t.Cleanup(down.Close)
 	roots := x509.NewCertPool()
 	roots.AddCert(down.Certificate())
-	f := forward.New(s, map[string]forward.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
-	forward.SetTLSConfig(f, &tls.Config{RootCAs: roots})
+	f := sender.New(s, map[string]sender.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+	sender.SetTLSConfig(f, &tls.Config{RootCAs: roots})
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestForwardsThroughTheEnvironmentsProxy(t *testing.T) {
 			t.Setenv("HTTP_PROXY", p.scheme+"://u:p@"+proxy)
 			t.Setenv("NO_PROXY", "")
 			_, port, _ := net.SplitHostPort(target)
-			start(t, s, map[string]forward.Route{"billing": route("http://downstream.invalid:" + port + "/hooks")})
+			start(t, s, map[string]sender.Route{"billing": route("http://downstream.invalid:" + port + "/hooks")})
 			acceptRaw(t, s, "req-1", "application/json", "{}")
 			eventually(t, "delivered", delivered(t, s, "req-1"))
 			if n := tunnels.Load(); n < 1 {
@@ -245,7 +245,7 @@ func TestSilentProxy(t *testing.T) {
 			s := openStore(t, t.TempDir())
 			r := route("http://downstream.invalid:9/hooks")
 			r.Timeout = 200 * time.Millisecond
-			start(t, s, map[string]forward.Route{"billing": r})
+			start(t, s, map[string]sender.Route{"billing": r})
 			acceptRaw(t, s, "req-1", "application/json", "{}")
 			eventually(t, "a failed attempt", func() bool { return receipt(t, s, "billing", "req-1").Forward.Attempts >= 1 })
 		})
@@ -256,7 +256,7 @@ func TestSilentProxy(t *testing.T) {
 			s := openStore(t, t.TempDir())
 			r := route("http://downstream.invalid:9/hooks")
 			r.Timeout = time.Minute
-			f := start(t, s, map[string]forward.Route{"billing": r})
+			f := start(t, s, map[string]sender.Route{"billing": r})
 			acceptRaw(t, s, "req-1", "application/json", "{}")
 			<-reached
 			closeCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -312,7 +312,7 @@ func TestOpenRefusesAProxyItCannotUse(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	t.Setenv("HTTPS_PROXY", "ftp://proxy.invalid:21")
 	t.Setenv("NO_PROXY", "")
-	f := forward.New(s, map[string]forward.Route{"billing": route("https://downstream.invalid/hooks")}, zaptest.NewLogger(t))
+	f := sender.New(s, map[string]sender.Route{"billing": route("https://downstream.invalid/hooks")}, zaptest.NewLogger(t))
 	err := f.Open()
 	if err == nil {
 		f.Close(ctx)
