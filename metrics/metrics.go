@@ -17,7 +17,7 @@ type Gauges struct {
 	// so that an alert on growth has a series to watch from the start.
 	Sources []string
 	// OutboxPending returns the entries waiting to be forwarded, by source.
-	OutboxPending func() map[string]int
+	OutboxPending func() (map[string]int, error)
 	// DeadLetters returns the dead letters, by source.
 	DeadLetters func() (map[string]int, error)
 	// StoreSizes returns the Badger LSM tree and value log sizes in bytes.
@@ -137,10 +137,12 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	g.perSource(ch, pendingDesc, g.OutboxPending())
-	// Without the store the gauge is left out: an invalid metric would make
-	// the whole scrape a 500, counters included, just when
+	// Without the store these gauges are left out: an invalid metric would
+	// make the whole scrape a 500, counters included, just when
 	// rejections_total{reason="unavailable"} is what an alert needs.
+	if pending, err := g.OutboxPending(); err == nil {
+		g.perSource(ch, pendingDesc, pending)
+	}
 	if dead, err := g.DeadLetters(); err == nil {
 		g.perSource(ch, deadDesc, dead)
 	}

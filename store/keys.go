@@ -37,12 +37,6 @@ func forwardKey(source, requestID string, firstSeen time.Time) []byte {
 	return binary.BigEndian.AppendUint32(k, uint32(firstSeen.Nanosecond()))
 }
 
-// legacyForwardKey is the one forward key per request ID of builds before
-// the key named its receipt; what they wrote is read until it expires.
-func legacyForwardKey(source, requestID string) []byte {
-	return pairKey(prefixForward, source, requestID)
-}
-
 // sourcePrefix is the key prefix of one source's keys under prefix, or of
 // every source's when source is "".
 func sourcePrefix(prefix byte, source string) []byte {

@@ -69,7 +69,7 @@ func TestFailedOpLeavesNoLatestVersion(t *testing.T) {
 			return errors.New("refused after staging")
 		}},
 		{done: make(chan error, 1), stage: func(t *tx) error {
-			out, err := s.stageDecision(t, versioned("req-2", "sub_1", 5))
+			out, err := s.stageDecision(t, ptr(versioned("req-2", "sub_1", 5)))
 			got = out.Decision
 			return err
 		}},
@@ -104,7 +104,7 @@ func TestOpRefusedPartWayLeavesNothing(t *testing.T) {
 				return nil
 			}}
 			accepted := &op{done: make(chan error, 1), stage: func(t *tx) error {
-				_, err := s.stageDecision(t, versioned("req-1", "sub_1", 3))
+				_, err := s.stageDecision(t, ptr(versioned("req-1", "sub_1", 3)))
 				return err
 			}}
 			ops := []*op{accepted}
@@ -128,3 +128,5 @@ func TestOpRefusedPartWayLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

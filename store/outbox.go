@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -14,12 +12,13 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/versioning"
 )
 
 // enqueue stages e at the next outbox position, with its body in the
 // payload key, which lives as long as the receipt (expiresAt) and which
 // redelivery reads too: the body is written once, the outbox entry holds
-// the rest.
+// the rest. Once the batch commits, the queue gets e with its body.
 func (t *tx) enqueue(e *forward.Entry, expiresAt uint64) error {
 	e.Seq = t.nextSeq()
 	payload, err := encodeEntry(e)
@@ -31,87 +30,34 @@ func (t *tx) enqueue(e *forward.Entry, expiresAt uint64) error {
 	// without its body is the encoding without its tail.
 	metaLen := len(payload) - len(e.Body)
 	t.setRaw(outboxKey(e.Seq), payload[:metaLen:metaLen], 0)
-	held := *e
+	added := *e
 	// e.Body may be the caller's request buffer, valid only while the op
 	// runs; the encoding ends with a copy of it that nothing changes.
-	held.Body = payload[metaLen:]
-	t.added = append(t.added, held)
+	body := payload[metaLen:]
+	t.onCommit(func(s *Store) { s.queue.add(added, body) })
 	return nil
 }
 
-// maxTail bounds the entries the tail holds for a forwarder that does not
-// keep up or does not run; past it the forwarder reads them from Badger.
-const maxTail = 8192
-
-// tail keeps the outbox entries committed since Open, in outbox order, until
-// the forwarder has loaded them, so that Pending hands them over from
-// memory instead of reading back and decoding what was just written.
-type tail struct {
-	mu      sync.Mutex
-	from    uint64 // every entry committed at or after from is held, or was handed over
-	entries []forward.Entry
-}
-
-func (t *tail) add(entries []forward.Entry) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.entries = append(t.entries, entries...)
-	if len(t.entries) > maxTail {
-		t.from = t.entries[len(t.entries)-1].Seq + 1
-		t.entries = nil
-	}
-}
-
-// forget sends Pending to Badger for every position before next: a commit
-// that failed may have left some of its entries there all the same.
-func (t *tail) forget(next uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.from, t.entries = next, nil
-}
-
-// after returns up to limit entries after position after; ok is false when
-// some of them may not be held and Badger must be read instead.
-func (t *tail) after(after uint64, limit int) (entries []forward.Entry, ok bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	i := 0
-	for i < len(t.entries) && t.entries[i].Seq <= after {
-		i++
-	}
-	clear(t.entries[:i]) // handed over already: let their bodies go
-	t.entries = t.entries[i:]
-	if after+1 < t.from {
-		return nil, false
-	}
-	return slices.Clone(t.entries[:min(limit, len(t.entries))]), true
-}
-
-// getEntry decodes the entry at key; found is false when it is absent. An
-// outbox entry's body is read from its payload key; when that has expired,
-// Body is nil.
+// getEntry decodes the entry at key; found is false when it is absent.
 func (t *tx) getEntry(key []byte, withBody bool) (e forward.Entry, found bool, err error) {
 	b, err := t.getRaw(key)
 	if err != nil || b == nil {
 		return e, false, err
 	}
-	e, err = t.decodeEntry(key, b, withBody)
+	e, err = decodeEntryAt(key, b, withBody)
 	return e, err == nil, err
 }
 
-// decodeEntry decodes b, the value at key.
-func (t *tx) decodeEntry(key, b []byte, withBody bool) (e forward.Entry, err error) {
+// decodeEntryAt decodes b, the value at key; an outbox entry's position is
+// its key's.
+func decodeEntryAt(key, b []byte, withBody bool) (e forward.Entry, err error) {
 	if err := decodeEntryValue(b, withBody, &e); err != nil {
 		return e, fmt.Errorf("%q: %w", key, err)
 	}
-	if key[0] != prefixOutbox {
-		return e, nil
+	if key[0] == prefixOutbox {
+		e.Seq = binary.BigEndian.Uint64(key[1:])
 	}
-	e.Seq = binary.BigEndian.Uint64(key[1:])
-	if withBody && len(e.Body) == 0 {
-		e.Body, err = t.payload(&e)
-	}
-	return e, err
+	return e, nil
 }
 
 // payload returns the body in e's payload key, or nil when the key has
@@ -126,7 +72,7 @@ func (t *tx) payload(e *forward.Entry) ([]byte, error) {
 	}
 	var body []byte
 	var createdAt time.Time
-	// DecodeBody copies the body out, so the value itself need not be.
+	// decodeBody copies the body out, so the value itself need not be.
 	err = item.Value(func(p []byte) error {
 		body, createdAt, err = decodeBody(p)
 		return err
@@ -134,49 +80,61 @@ func (t *tx) payload(e *forward.Entry) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("payload of %s/%s: %w", e.Source, e.RequestID, err)
 	}
-	if !createdAt.IsZero() && !createdAt.Equal(e.CreatedAt) {
+	if !createdAt.Equal(e.CreatedAt) {
 		return nil, nil
 	}
 	return body, nil
 }
 
-// Notify is signalled after a commit that added outbox entries.
+// Notify is signalled after a commit that added outbox entries or settled
+// one.
 func (s *Store) Notify() <-chan struct{} { return s.notify }
 
-// Pending returns up to limit outbox entries after position after, in
-// outbox order. Entries read from Badger come with their bodies until those
-// add up to bodies bytes, and without them past it: a forwarder holds only
-// so many, and reads the rest with Body when it sends them. Entries still
-// in memory come with theirs.
-func (s *Store) Pending(ctx context.Context, after uint64, limit, bodies int) ([]forward.Entry, error) {
-	if entries, ok := s.tail.after(after, limit); ok {
-		return entries, nil
+// Claim hands owner up to n of source's due lane heads, each for lease
+// (forward.Queue). Leases are held in memory: this store is its
+// directory's only process.
+func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
+	// Not Ready: below the free-space reserve forwarding goes on, and
+	// settling what it sends frees space.
+	if err := s.readable(); err != nil {
+		return nil, err
 	}
-	var entries []forward.Entry
-	err := s.scan(outboxKey(after+1), []byte{prefixOutbox}, limit, bodies, &entries)
-	return entries, err
+	claims, needBody := s.queue.claim(owner, source, n, lease, s.Now())
+	if len(needBody) == 0 {
+		return claims, nil
+	}
+	err := s.view(func(txn *badger.Txn) error {
+		t := s.reader(txn)
+		for _, i := range needBody {
+			var err error
+			if claims[i].Body, err = t.payload(&claims[i].Entry); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", source, err)
+	}
+	return claims, nil
+}
+
+// Pending returns how many entries wait to be forwarded, by source.
+func (s *Store) Pending(ctx context.Context) (map[string]int, error) {
+	if err := s.readable(); err != nil {
+		return nil, err
+	}
+	return s.queue.pending(), nil
 }
 
 // Outbox returns the pending entries of source ("" for all), without bodies.
 func (s *Store) Outbox(ctx context.Context, source string) ([]forward.Entry, error) {
 	var entries []forward.Entry
-	if err := s.scan([]byte{prefixOutbox}, []byte{prefixOutbox}, 0, 0, &entries); err != nil {
+	if err := s.scan([]byte{prefixOutbox}, &entries); err != nil {
 		return nil, err
 	}
-	return filterSource(entries, source), nil
-}
-
-// DeadLetters returns the dead letters of source ("" for all), without bodies.
-func (s *Store) DeadLetters(ctx context.Context, source string) ([]forward.Entry, error) {
-	var entries []forward.Entry
-	p := sourcePrefix(prefixDead, source)
-	err := s.scan(p, p, 0, 0, &entries)
-	return entries, err
-}
-
-func filterSource(entries []forward.Entry, source string) []forward.Entry {
 	if source == "" {
-		return entries
+		return entries, nil
 	}
 	kept := entries[:0]
 	for _, e := range entries {
@@ -184,138 +142,76 @@ func filterSource(entries []forward.Entry, source string) []forward.Entry {
 			kept = append(kept, e)
 		}
 	}
-	return kept
+	return kept, nil
 }
 
-// scan decodes entries from start while keys have prefix, limit 0 being
-// all, with their bodies until those add up to bodies bytes.
-func (s *Store) scan(start, prefix []byte, limit, bodies int, out *[]forward.Entry) error {
-	return s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
-		defer it.Close()
-		t := &tx{txn: txn}
-		for it.Seek(start); it.Valid(); it.Next() {
-			// The iterator holds the value: a Get would search every level again.
-			item := it.Item()
-			b, err := item.ValueCopy(nil)
-			if err != nil {
-				return unavailable(err)
-			}
-			e, err := t.decodeEntry(item.KeyCopy(nil), b, bodies > 0)
-			if err != nil {
-				return err
-			}
-			bodies -= len(e.Body)
-			*out = append(*out, e)
-			if limit > 0 && len(*out) == limit {
-				return nil
-			}
-		}
-		return nil
-	})
+// DeadLetters returns the dead letters of source ("" for all), without bodies.
+func (s *Store) DeadLetters(ctx context.Context, source string) ([]forward.Entry, error) {
+	var entries []forward.Entry
+	err := s.scan(sourcePrefix(prefixDead, source), &entries)
+	return entries, err
 }
 
-// Body returns the body of e, an outbox entry held without it. It reads the
-// payload key alone: the forwarder holds e's metadata, which only the
-// forwarder changes. An entry whose payload key is gone is read whole: it
-// may carry its body itself (written before bodies moved to the payload
-// key), or be settled already.
-func (s *Store) Body(ctx context.Context, e forward.Entry) ([]byte, error) {
-	var body []byte
-	err := s.view(func(txn *badger.Txn) error {
-		t := &tx{txn: txn}
-		var err error
-		if body, err = t.payload(&e); err != nil || body != nil {
+// scan decodes the entries whose keys have prefix, without their bodies.
+func (s *Store) scan(prefix []byte, out *[]forward.Entry) error {
+	return s.view(func(txn *badger.Txn) error { return scanEntries(txn, prefix, out) })
+}
+
+func scanEntries(txn *badger.Txn, prefix []byte, out *[]forward.Entry) error {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		// The iterator holds the value: a Get would search every level again.
+		item := it.Item()
+		var e forward.Entry
+		err := item.Value(func(b []byte) (err error) {
+			e, err = decodeEntryAt(item.Key(), b, false)
 			return err
+		})
+		if err != nil {
+			return unavailable(err)
 		}
-		whole, found, err := t.getEntry(outboxKey(e.Seq), true)
-		if err == nil && !found {
-			err = webhookd.Errorf(webhookd.ENOTFOUND, "outbox entry %d not found", e.Seq)
-		}
-		body = whole.Body
-		return err
-	})
-	if err == nil && body == nil {
-		err = fmt.Errorf("outbox entry %d: %w", e.Seq, forward.ErrPayloadGone)
-	}
-	return body, err
-}
-
-// Settle records what became of forwarding e: the outbox entry is removed
-// (delivered, superseded), rescheduled (retrying) or moved to the dead
-// letters (dead), and the forward status says so, in one transaction.
-//
-// e must still be in the outbox: removing it does not look first (that
-// Get searched every LSM level, 7 % of a drain's CPU). The forwarder holds
-// each entry until it is settled, and after a Settle that failed, which
-// may have been recorded all the same, it asks Holds before it sends or
-// settles that entry again. Rescheduling and dead-lettering read the entry
-// anyway, and do nothing when it is gone.
-//
-// A dead letter keeps the entry's body, from its payload key or, once that
-// expired (the entry waited in its lane behind older versions' retries),
-// from e.Body: the body the forwarder sent.
-func (s *Store) Settle(ctx context.Context, e forward.Entry, r forward.Result) error {
-	err := s.update(func(t *tx) error {
-		key := outboxKey(e.Seq)
-		status := webhookd.ForwardStatus{State: r.State, Attempts: r.Attempts, LastStatus: r.Status, LastError: r.Error}
-		// A rescheduled or dead entry is rewritten, so it is read and
-		// decoded; the common outcomes below only delete it.
-		switch r.State {
-		case webhookd.ForwardRetrying:
-			// With the body it holds itself, if an older build wrote one
-			// into it: that body has no payload key.
-			b, err := t.getRaw(key)
-			if err != nil || b == nil {
-				return err
-			}
-			var cur forward.Entry
-			if err := decodeEntryValue(b, true, &cur); err != nil {
-				return fmt.Errorf("%q: %w", key, err)
-			}
-			cur.Attempts, cur.LastStatus, cur.LastError = r.Attempts, r.Status, r.Error
-			cur.NextAttemptAt, status.NextAttemptAt = r.NextAttemptAt, &r.NextAttemptAt
-			if err := t.setEntry(key, &cur); err != nil {
-				return err
-			}
-		case webhookd.ForwardDead:
-			// A dead letter keeps its body: it outlives the payload key.
-			cur, found, err := t.getEntry(key, true)
-			if err != nil || !found {
-				return err
-			}
-			if cur.Body == nil {
-				cur.Body = e.Body
-			}
-			cur.Attempts, cur.LastStatus, cur.LastError = r.Attempts, r.Status, r.Error
-			t.delete(key)
-			cur.DeadAt, cur.BodyLost = &r.At, cur.Body == nil
-			if err := t.setEntry(deadKey(cur.Source, cur.RequestID), &cur); err != nil {
-				return err
-			}
-		default:
-			t.delete(key)
-			if r.State == webhookd.ForwardDelivered {
-				status.DeliveredAt = &r.At
-			}
-		}
-		return t.setForward(e.Source, e.RequestID, e.CreatedAt, status, s.ReceiptTTL)
-	})
-	if err != nil {
-		return fmt.Errorf("settle %s/%s: %w", e.Source, e.RequestID, err)
+		*out = append(*out, e)
 	}
 	return nil
 }
 
-// Holds reports whether e is still in the outbox.
-func (s *Store) Holds(ctx context.Context, e forward.Entry) (bool, error) {
-	var held bool
-	err := s.view(func(txn *badger.Txn) error {
-		var err error
-		held, err = (&tx{txn: txn}).exists(outboxKey(e.Seq))
-		return err
+// Settle records what became of the claimed entry (forward.Queue): the
+// entry is removed (delivered, superseded), rescheduled (retrying) or moved
+// to the dead letters with the body the claim carried (dead), and the
+// forward status says so, in one transaction. It reads nothing from
+// Badger: the queue holds the entry as it is.
+func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) error {
+	err := s.update(func(t *tx) error {
+		ok, lost := s.queue.check(&c)
+		if lost {
+			return forward.ErrLeaseLost
+		}
+		if !ok {
+			return nil
+		}
+		eff := forward.Apply(c.Entry, r)
+		key := outboxKey(c.Seq)
+		switch eff.Move {
+		case forward.Reschedule:
+			if err := t.setEntry(key, &eff.Entry); err != nil {
+				return err
+			}
+		case forward.Bury:
+			t.delete(key)
+			if err := t.setEntry(deadKey(c.Source, c.RequestID), &eff.Entry); err != nil {
+				return err
+			}
+		default:
+			t.delete(key)
+		}
+		t.onCommit(func(s *Store) { s.queue.settle(&c, &eff) })
+		return t.setForward(c.Source, c.RequestID, c.CreatedAt, eff.Status, s.ReceiptTTL)
 	})
-	return held, err
+	if err != nil {
+		return fmt.Errorf("settle %s/%s: %w", c.Source, c.RequestID, err)
+	}
+	return nil
 }
 
 func (t *tx) setEntry(key []byte, e *forward.Entry) error {
@@ -331,12 +227,33 @@ func (t *tx) setEntry(key []byte, e *forward.Entry) error {
 // first seen at firstSeen. It expires a receipt TTL from now, which is no
 // earlier than its receipt: a receipt expires a TTL after its last
 // delivery, and a redelivery staged after this folds the key into the
-// receipt. So it needs no read of the receipt (a Get that searched every
-// LSM level, a tenth of a drain's CPU); it may outlive the receipt, which
-// is why its key names the receipt (forwardKey).
+// receipt. So it needs no read of the receipt; it may outlive the receipt,
+// which is why its key names the receipt (forwardKey).
 func (t *tx) setForward(source, requestID string, firstSeen time.Time, status webhookd.ForwardStatus, ttl time.Duration) error {
-	rec := forwardRecord{ForwardStatus: status, ReceiptFirstSeen: firstSeen}
-	return t.set(forwardKey(source, requestID, firstSeen), &rec, expiry(time.Now(), ttl))
+	return t.set(forwardKey(source, requestID, firstSeen), &status, expiry(t.now, ttl))
+}
+
+// receiptOf returns the receipt of requestID with its current forward
+// status, or nil when none is held.
+func (t *tx) receiptOf(source, requestID string) (*dedupe.Receipt, error) {
+	var r dedupe.Receipt
+	found, err := t.get(receiptKey(source, requestID), &r)
+	if err != nil || !found {
+		return nil, err
+	}
+	if _, err := t.forwardStatus(&r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// latestOf returns the latest version of source's resource, or nil.
+func (t *tx) latestOf(source, resource string) (*versioning.Latest, error) {
+	l, found, err := t.getLatest(source, resource)
+	if err != nil || !found {
+		return nil, err
+	}
+	return &l, nil
 }
 
 // RetryDeadLetter puts a dead letter back into the outbox with its attempts
@@ -345,7 +262,6 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 	if err := s.space.refusal(); err != nil {
 		return err
 	}
-	now := time.Now()
 	err := s.update(func(t *tx) error {
 		key := deadKey(source, requestID)
 		e, found, err := t.getEntry(key, true)
@@ -355,23 +271,18 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 		if !found {
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
 		}
-		if e.BodyLost {
-			return webhookd.Errorf(webhookd.ECONFLICT, "the payload of %s/%s expired before it was forwarded: there is nothing to send", source, requestID)
-		}
-		// A dead letter outlives its receipt. Once the request ID came back
-		// under a new receipt, that request is forwarded on its own, and
-		// this one would take its payload and status.
-		var r dedupe.Receipt
-		if found, err := t.get(receiptKey(source, requestID), &r); err != nil {
+		held, err := t.receiptOf(source, requestID)
+		if err != nil {
 			return err
-		} else if found && !r.FirstSeen.Equal(e.CreatedAt) {
-			return webhookd.Errorf(webhookd.ECONFLICT, "%s/%s was received again after this dead letter's receipt expired, and is forwarded as that new request: discard this dead letter", source, requestID)
 		}
-		if err := t.checkStillLatest(&e); err != nil {
+		if err := forward.CanRetry(&e, held); err != nil {
+			return err
+		}
+		if err := t.canResend(&e); err != nil {
 			return err
 		}
 		t.delete(key)
-		return t.requeue(&e, now, s.ReceiptTTL)
+		return t.requeue(e, s.ReceiptTTL)
 	})
 	if err != nil {
 		return fmt.Errorf("retry dead letter: %w", err)
@@ -391,19 +302,14 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string)
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
 		}
 		t.delete(key)
-		// The status is the forward key's, or the receipt's once a
-		// redelivery folded it in. With no receipt, or a later one under
-		// the same request ID (a dead letter outlives its receipt), there
-		// is none to keep.
-		var r dedupe.Receipt
-		if found, err := t.get(receiptKey(source, requestID), &r); err != nil || !found || !r.FirstSeen.Equal(e.CreatedAt) {
+		held, err := t.receiptOf(source, requestID)
+		if err != nil {
 			return err
 		}
-		if _, err := t.forwardStatus(&r); err != nil {
-			return err
+		if status, ok := forward.Discarded(&e, held); ok {
+			return t.setForward(source, requestID, held.FirstSeen, status, s.ReceiptTTL)
 		}
-		r.Forward.State, r.Forward.NextAttemptAt = webhookd.ForwardDiscarded, nil
-		return t.setForward(source, requestID, r.FirstSeen, r.Forward, s.ReceiptTTL)
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("discard dead letter: %w", err)
@@ -417,38 +323,28 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 	if err := s.space.refusal(); err != nil {
 		return err
 	}
-	now := time.Now()
 	err := s.update(func(t *tx) error {
-		var r dedupe.Receipt
-		found, err := t.get(receiptKey(source, requestID), &r)
+		r, err := t.receiptOf(source, requestID)
 		if err != nil {
 			return err
 		}
-		if !found {
+		if r == nil {
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no receipt for %s/%s", source, requestID)
 		}
-		if _, err := t.forwardStatus(&r); err != nil {
+		if err := forward.CanRedeliver(r); err != nil {
 			return err
-		}
-		switch {
-		case r.Decision != webhookd.Accepted:
-			return webhookd.Errorf(webhookd.ECONFLICT, "request was decided %s, not accepted: there is nothing to redeliver", r.Decision)
-		case r.Forward.State == webhookd.ForwardPending || r.Forward.State == webhookd.ForwardRetrying:
-			return webhookd.Errorf(webhookd.ECONFLICT, "request is already queued for forwarding (%s)", r.Forward.State)
-		case r.Forward.State == webhookd.ForwardDead:
-			return webhookd.Errorf(webhookd.ECONFLICT, "request is a dead letter: retry it with POST /admin/deadletters/%s/{request_id}/retry", source)
 		}
 		e, found, err := t.getEntry(payloadKey(source, requestID), true)
 		if err != nil {
 			return err
 		}
 		if !found {
-			return webhookd.Errorf(webhookd.ECONFLICT, "the source did not forward this request, or its payload is no longer held")
+			return forward.ErrNoPayload
 		}
-		if err := t.checkStillLatest(&e); err != nil {
+		if err := t.canResend(&e); err != nil {
 			return err
 		}
-		return t.requeue(&e, now, s.ReceiptTTL)
+		return t.requeue(e, s.ReceiptTTL)
 	})
 	if err != nil {
 		return fmt.Errorf("redeliver: %w", err)
@@ -456,32 +352,25 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 	return nil
 }
 
-// checkStillLatest refuses to send e again once a newer version of its
-// resource was accepted: the downstream would get an older version after a
-// newer one.
-func (t *tx) checkStillLatest(e *forward.Entry) error {
+func (t *tx) canResend(e *forward.Entry) error {
 	if e.Resource == "" || e.Version == "" {
 		return nil
 	}
-	l, found, err := t.getLatest(e.Source, e.Resource)
+	l, err := t.latestOf(e.Source, e.Resource)
 	if err != nil {
 		return err
 	}
-	if found && l.RequestID != e.RequestID {
-		return webhookd.Errorf(webhookd.ECONFLICT, "version %s of resource %s was accepted after this request's version %s: sending it now would deliver an older version after a newer one", l.Version, e.Resource, e.Version)
-	}
-	return nil
+	return forward.CanResend(e, l)
 }
 
 // requeue puts e, with its body, at the end of the outbox as a fresh
 // forward intent; its payload then lives for the receipt TTL from now.
-func (t *tx) requeue(e *forward.Entry, now time.Time, ttl time.Duration) error {
-	e.Attempts, e.LastStatus, e.LastError, e.DeadAt = 0, 0, "", nil
-	e.NextAttemptAt = now
-	if err := t.enqueue(e, expiry(now, ttl)); err != nil {
+func (t *tx) requeue(e forward.Entry, ttl time.Duration) error {
+	e, status := forward.Requeue(e, t.now)
+	if err := t.enqueue(&e, expiry(t.now, ttl)); err != nil {
 		return err
 	}
-	return t.setForward(e.Source, e.RequestID, e.CreatedAt, webhookd.ForwardStatus{State: webhookd.ForwardPending}, ttl)
+	return t.setForward(e.Source, e.RequestID, e.CreatedAt, status, ttl)
 }
 
 // DeadLetterCounts returns how many dead letters each source has. It reads
@@ -498,4 +387,16 @@ func (s *Store) DeadLetterCounts() (map[string]int, error) {
 		return nil
 	})
 	return counts, err
+}
+
+// loadQueue fills the queue from the outbox keys, at Open.
+func (s *Store) loadQueue() error {
+	var entries []forward.Entry
+	if err := s.db.View(func(txn *badger.Txn) error { return scanEntries(txn, []byte{prefixOutbox}, &entries) }); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		s.queue.add(e, nil)
+	}
+	return nil
 }

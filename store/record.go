@@ -3,7 +3,6 @@ package store
 import (
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,21 +13,15 @@ import (
 )
 
 // Receipts, latest versions and forward statuses are stored in a compact
-// binary form. A decision writes a receipt and a latest version, and
-// their bytes are what fills Badger's memtables: as JSON they were about
-// 740 bytes a decision, and every few seconds at full intake Badger built
-// a table from them on the cores the handlers run on, which set the
-// intake's p99 (see the README, Performance). The binary form is about a
-// fifth of the JSON. It leaves out the receipt's reason, which is a
-// function of the fields it keeps (reason in decide.go), and holds times
-// as UTC.
-//
-// A record starts with its kind's tag; a JSON record, written by builds
-// before this form, starts with '{' and is read with encoding/json.
+// binary form: a decision's records are what fills Badger's memtables, and
+// the fewer bytes they take, the less often Badger builds a table on the
+// cores the handlers run on. A record starts with its kind's tag. It
+// leaves out the receipt's reason, which is a function of the fields it
+// keeps (dedupe.Reason), and holds times as UTC.
 const (
-	tagReceipt       = 1
-	tagLatest        = 2
-	tagForwardRecord = 3
+	tagReceipt = 1
+	tagLatest  = 2
+	tagForward = 3
 )
 
 // words are the decisions, outcomes, orderings and forward states, each
@@ -37,7 +30,7 @@ const (
 var words = [...]string{
 	string(webhookd.Accepted), string(webhookd.Duplicate), string(webhookd.Stale), string(webhookd.Conflict),
 	string(dedupe.New),
-	string(versioning.First), string(versioning.Newer), string(Unordered),
+	string(versioning.First), string(versioning.Newer), string(versioning.Unordered),
 	string(webhookd.ForwardNone), string(webhookd.ForwardPending), string(webhookd.ForwardRetrying),
 	string(webhookd.ForwardDelivered), string(webhookd.ForwardDead), string(webhookd.ForwardDiscarded),
 	string(webhookd.ForwardSuperseded),
@@ -53,17 +46,17 @@ func encode(v any) ([]byte, error) {
 		return appendReceipt(make([]byte, 0, 160+64*len(v.Deliveries)), v), nil
 	case *versioning.Latest:
 		return appendLatest(make([]byte, 0, 64), v), nil
-	case *forwardRecord:
-		return appendForwardRecord(make([]byte, 0, 64), v), nil
+	case *webhookd.ForwardStatus:
+		return appendForward(append(make([]byte, 0, 64), tagForward), v), nil
 	}
 	return nil, fmt.Errorf("no stored form for %T", v)
 }
 
-// decode reads b, as encode writes it or as JSON, into v, a zero value of
-// one of the types encode takes.
+// decode reads b, as encode writes it, into v, a zero value of one of the
+// types encode takes.
 func decode(b []byte, v any) error {
-	if len(b) == 0 || b[0] > tagForwardRecord {
-		return json.Unmarshal(b, v)
+	if len(b) == 0 {
+		return fmt.Errorf("%w: empty", errMalformed)
 	}
 	r := reader{b: b[1:]}
 	switch v := v.(type) {
@@ -73,9 +66,9 @@ func decode(b []byte, v any) error {
 	case *versioning.Latest:
 		r.expect(b[0], tagLatest)
 		r.latest(v)
-	case *forwardRecord:
-		r.expect(b[0], tagForwardRecord)
-		r.forwardRecord(v)
+	case *webhookd.ForwardStatus:
+		r.expect(b[0], tagForward)
+		r.forward(v)
 	default:
 		return fmt.Errorf("no stored form for %T", v)
 	}
@@ -118,12 +111,6 @@ func appendLatest(b []byte, l *versioning.Latest) []byte {
 	b = binary.AppendUvarint(b, l.Order)
 	b = appendString(b, l.RequestID)
 	return appendTime(b, l.UpdatedAt)
-}
-
-func appendForwardRecord(b []byte, f *forwardRecord) []byte {
-	b = append(b, tagForwardRecord)
-	b = appendForward(b, &f.ForwardStatus)
-	return appendTime(b, f.ReceiptFirstSeen)
 }
 
 func appendForward(b []byte, f *webhookd.ForwardStatus) []byte {
@@ -294,7 +281,7 @@ func (r *reader) receipt(rc *dedupe.Receipt) {
 	rc.DuplicateDecision = dedupe.Outcome(r.word("duplicate_decision"))
 	rc.OrderingDecision = r.word("ordering_decision")
 	rc.LatestVersionAtDecision = r.string("latest_version_at_decision")
-	rc.Reason = reason(versioning.Ordering(rc.OrderingDecision), rc.Version, rc.LatestVersionAtDecision)
+	rc.Reason = dedupe.Reason(versioning.Ordering(rc.OrderingDecision), rc.Version, rc.LatestVersionAtDecision)
 	rc.PayloadSHA256 = r.digest("payload_sha256")
 	rc.FirstSeen = r.time("first_seen")
 	rc.LastSeen = r.time("last_seen")
@@ -322,11 +309,6 @@ func (r *reader) latest(l *versioning.Latest) {
 	l.Order = r.uvarint("order")
 	l.RequestID = r.string("request_id")
 	l.UpdatedAt = r.time("updated_at")
-}
-
-func (r *reader) forwardRecord(f *forwardRecord) {
-	r.forward(&f.ForwardStatus)
-	f.ReceiptFirstSeen = r.time("receipt_first_seen")
 }
 
 func (r *reader) forward(f *webhookd.ForwardStatus) {

@@ -13,10 +13,10 @@ import (
 	"github.com/webhookd/webhookd/versioning"
 )
 
-// fullRecords returns a receipt, its forward record and a latest version
+// fullRecords returns a receipt, its forward status and a latest version
 // with every field set, times in UTC and the receipt's reason the one its
 // fields give, as decode returns them.
-func fullRecords() (*dedupe.Receipt, *forwardRecord, *versioning.Latest) {
+func fullRecords() (*dedupe.Receipt, *webhookd.ForwardStatus, *versioning.Latest) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
 	later := at.Add(90 * time.Second)
 	r := &dedupe.Receipt{
@@ -26,11 +26,11 @@ func fullRecords() (*dedupe.Receipt, *forwardRecord, *versioning.Latest) {
 		Forward: webhookd.ForwardStatus{State: webhookd.ForwardRetrying, Attempts: 2, LastStatus: 503,
 			LastError: "busy", NextAttemptAt: &later, DeliveredAt: &at},
 	}
-	r.Reason = reason(versioning.Newer, r.Version, r.LatestVersionAtDecision)
+	r.Reason = dedupe.Reason(versioning.Newer, r.Version, r.LatestVersionAtDecision)
 	r.Record(dedupe.Delivery{DeliveryID: "d-1", ReceivedAt: at, Decision: webhookd.Accepted})
 	r.Record(dedupe.Delivery{DeliveryID: "d-2", ReceivedAt: later, Decision: webhookd.Duplicate})
-	f := &forwardRecord{ForwardStatus: r.Forward, ReceiptFirstSeen: r.FirstSeen}
-	return r, f, &versioning.Latest{Version: "2", Order: 2, RequestID: "req-1", UpdatedAt: at}
+	f := r.Forward
+	return r, &f, &versioning.Latest{Version: "2", Order: 2, RequestID: "req-1", UpdatedAt: at}
 }
 
 // TestFullRecordsSetEveryField guards the round trips below against a
@@ -38,7 +38,7 @@ func fullRecords() (*dedupe.Receipt, *forwardRecord, *versioning.Latest) {
 // would come back zero and hide it.
 func TestFullRecordsSetEveryField(t *testing.T) {
 	r, f, l := fullRecords()
-	for _, v := range []any{r, &r.Deliveries[0], &r.Forward, f, l} {
+	for _, v := range []any{r, &r.Deliveries[0], f, l} {
 		rv := reflect.ValueOf(v).Elem()
 		for i := range rv.NumField() {
 			if rv.Field(i).IsZero() {
@@ -53,8 +53,8 @@ func TestRecordsRoundTrip(t *testing.T) {
 	roundTrip(t, r)
 	roundTrip(t, f)
 	roundTrip(t, l)
-	roundTrip(t, &dedupe.Receipt{Reason: reason("", "", "")})
-	roundTrip(t, &forwardRecord{})
+	roundTrip(t, &dedupe.Receipt{Reason: dedupe.Reason("", "", "")})
+	roundTrip(t, &webhookd.ForwardStatus{})
 	roundTrip(t, &versioning.Latest{})
 	r.Deliveries = []dedupe.Delivery{}
 	roundTrip(t, r)
@@ -95,28 +95,6 @@ func TestRecordsAreSmall(t *testing.T) {
 		t.Logf("%T: %d bytes, %d as JSON", c.v, len(b), len(j))
 		if len(b) > c.max {
 			t.Errorf("%T: %d bytes (JSON %d), want at most %d", c.v, len(b), len(j), c.max)
-		}
-	}
-}
-
-// TestDecodeReadsJSONRecords reads records as builds before the binary form
-// wrote them: the bytes encoding/json writes.
-func TestDecodeReadsJSONRecords(t *testing.T) {
-	r, f, l := fullRecords()
-	r.Reason = "the reason an older build wrote"
-	at := time.Date(2026, 11, 30, 13, 0, 0, 0, time.FixedZone("", 3600))
-	r.LastSeen = at
-	for _, want := range []any{r, f, l} {
-		b, err := json.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := reflect.New(reflect.TypeOf(want).Elem()).Interface()
-		if err := decode(b, got); err != nil {
-			t.Fatalf("decode %s: %v", b, err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("decode %s:\n got %+v\nwant %+v", b, got, want)
 		}
 	}
 }
@@ -169,25 +147,21 @@ func FuzzRecords(f *testing.F) {
 			LatestVersionAtDecision: version, PayloadSHA256: id, FirstSeen: at, LastSeen: at.Add(time.Duration(order % 1e12)).UTC(),
 			Forward: webhookd.ForwardStatus{State: webhookd.ForwardState(word), Attempts: n, LastStatus: -n, LastError: version},
 		}
-		r.Reason = reason(versioning.Ordering(word), version, version)
+		r.Reason = dedupe.Reason(versioning.Ordering(word), version, version)
 		for i := range deliveries % (dedupe.MaxDeliveries + 2) {
 			r.Record(dedupe.Delivery{DeliveryID: id[:min(i, len(id))], ReceivedAt: at, Decision: webhookd.Decision(word)})
 		}
 		r.Attempts = n
-		fr := &forwardRecord{ForwardStatus: r.Forward, ReceiptFirstSeen: at}
 		if deliveries%2 == 1 {
 			r.Forward.NextAttemptAt, r.Forward.DeliveredAt = &at, &r.LastSeen
-			fr.ForwardStatus = r.Forward
 		}
+		fr := r.Forward
 		roundTrip(t, r)
-		roundTrip(t, fr)
+		roundTrip(t, &fr)
 		roundTrip(t, &versioning.Latest{Version: version, Order: order, RequestID: id, UpdatedAt: at})
 
-		if len(raw) == 0 || raw[0] > tagForwardRecord {
-			return // JSON: encoding/json's
-		}
 		rereads[dedupe.Receipt](t, raw)
-		rereads[forwardRecord](t, raw)
+		rereads[webhookd.ForwardStatus](t, raw)
 		rereads[versioning.Latest](t, raw)
 	})
 }

@@ -86,9 +86,8 @@ func TestLowSpaceRefusesNewWritesAndResumes(t *testing.T) {
 		t.Fatalf("ballast %d bytes, want %d", got, reserve/2)
 	}
 	mustDecide(t, s, versioned("req-1", "sub_1", 1))
-	entries, err := s.Pending(ctx, 0, 10, 1<<20)
-	if err != nil || len(entries) != 1 {
-		t.Fatalf("pending: %d entries, %v", len(entries), err)
+	if n := countOutbox(t, s); n != 1 {
+		t.Fatalf("outbox: %d entries", n)
 	}
 
 	// Free space plus the ballast just under the reserve.
@@ -115,11 +114,15 @@ func TestLowSpaceRefusesNewWritesAndResumes(t *testing.T) {
 	if err := s.RetryDeadLetter(ctx, "billing", "req-1"); err != ErrLowSpace {
 		t.Errorf("RetryDeadLetter under the reserve: %v, want ErrLowSpace", err)
 	}
-	// Reads go on, and forwarding settles what it sent.
+	// Reads go on, and forwarding claims and settles what it sends.
 	if r := receiptOf(t, s, "req-1"); r.Decision != webhookd.Accepted {
 		t.Errorf("receipt under the reserve: %s", r.Decision)
 	}
-	if err := s.Settle(ctx, entries[0], forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: time.Now()}); err != nil {
+	claims := claimAll(t, s)
+	if len(claims) != 1 {
+		t.Fatalf("claimed %d entries under the reserve, want 1", len(claims))
+	}
+	if err := s.Settle(ctx, claims[0], forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: time.Now()}); err != nil {
 		t.Errorf("Settle under the reserve: %v", err)
 	}
 	if n := countOutbox(t, s); n != 0 {

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
-	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -41,10 +40,14 @@ type Store struct {
 	// decisions are refused below it (space.go). 0 derives it from
 	// Badger's sizes (Reserve).
 	MinFree int64
+	// Now is the store's clock: what has expired, what is due, when a lease
+	// ends. Keys expire in Badger by the wall clock too; a clock ahead of it
+	// expires them earlier.
+	Now func() time.Time
 
 	db        *badger.DB
 	ops       chan *op
-	notify    chan struct{} // signalled after a commit that added outbox entries
+	notify    chan struct{} // signalled after a commit that added or settled outbox entries
 	committed chan struct{} // signalled after every commit, for adviseLogs
 	mu        sync.RWMutex  // guards closed against submitters racing Close
 	closed    bool
@@ -56,7 +59,7 @@ type Store struct {
 
 	nextSeq uint64       // next outbox position; owned by the writer goroutine
 	latest  *latestCache // owned by the writer goroutine
-	tail    tail         // outbox entries committed since Open, for Pending
+	queue   *queue       // the outbox's lanes and claims
 	space   space
 
 	memTableSize int64                   // Badger's default when 0; tests shrink it to force batch splits
@@ -72,6 +75,7 @@ func New(path string) *Store {
 		GCInterval: DefaultGCInterval,
 		MaxBatch:   DefaultMaxBatch,
 		Logger:     zap.NewNop(),
+		Now:        time.Now,
 		commitTxn:  (*badger.Txn).Commit,
 		closing:    make(chan struct{}),
 		failed:     make(chan struct{}),
@@ -125,7 +129,11 @@ func (s *Store) Open() error {
 		return fmt.Errorf("read outbox position: %w", err)
 	}
 	s.nextSeq++
-	s.tail.from = s.nextSeq
+	s.queue = newQueue()
+	if err := s.loadQueue(); err != nil {
+		db.Close()
+		return fmt.Errorf("read outbox: %w", err)
+	}
 	s.latest = newLatestCache(latestCacheSize)
 	s.ops = make(chan *op, s.MaxBatch)
 	s.wg.Add(4)
@@ -286,9 +294,10 @@ func (s *Store) commit(ops []*op) int {
 	defer txn.Discard()
 	s.latest.discard() // what a split batch staged before it was split
 	errs := make([]error, len(ops))
-	var added []forward.Entry
+	var hooks []func(*Store)
+	now := s.Now()
 	for i, o := range ops {
-		t := &tx{txn: txn, seq: &s.nextSeq, latest: s.latest}
+		t := &tx{txn: txn, now: now, seq: &s.nextSeq, latest: s.latest}
 		if errs[i] = o.stage(t); errs[i] != nil {
 			continue
 		}
@@ -306,7 +315,7 @@ func (s *Store) commit(ops []*op) int {
 			o.done <- unavailable(err)
 			return 1
 		}
-		added = append(added, t.added...)
+		hooks = append(hooks, t.hooks...)
 	}
 	commitErr := s.commitTxn(txn)
 	if commitErr != nil {
@@ -314,17 +323,18 @@ func (s *Store) commit(ops []*op) int {
 		s.Logger.Error("commit batch; the store takes nothing more until it is opened again", zap.Int("ops", len(ops)), zap.Error(commitErr))
 		commitErr = unavailable(commitErr)
 		// Badger may have applied part of the failed batch: keep nothing of
-		// it in memory either, not a latest version nor an outbox entry.
+		// it in memory either. The queue is not told of it, and refuses
+		// claims from now on.
 		s.latest.reset()
-		s.tail.forget(s.nextSeq)
-		signal(s.notify)
 	} else {
 		s.latest.committed()
+		for _, h := range hooks {
+			h(s)
+		}
 		signal(s.committed)
-	}
-	if commitErr == nil && len(added) > 0 {
-		s.tail.add(added)
-		signal(s.notify)
+		if len(hooks) > 0 {
+			signal(s.notify)
+		}
 	}
 	for i, o := range ops {
 		if errs[i] == nil {
@@ -391,20 +401,28 @@ func (s *Store) lastSeq() (uint64, error) {
 // it has finished without error.
 type tx struct {
 	txn          *badger.Txn
-	seq          *uint64
+	now          time.Time    // the store's clock when the transaction began
+	seq          *uint64      // the writer's; nil in read-only transactions
 	latest       *latestCache // the writer's; nil in read-only transactions
 	writes       []*badger.Entry
 	dels         [][]byte
-	added        []forward.Entry // outbox entries the op added
+	hooks        []func(*Store) // run once the batch has committed, in op order
 	latestWrites []latestWrite
 }
+
+// reader returns a read-only tx on txn.
+func (s *Store) reader(txn *badger.Txn) *tx { return &tx{txn: txn, now: s.Now()} }
+
+// onCommit runs h once the op's batch has committed: what the writer keeps
+// in memory follows what is on disk.
+func (t *tx) onCommit(h func(*Store)) { t.hooks = append(t.hooks, h) }
 
 type latestWrite struct {
 	key    string
 	latest versioning.Latest
 }
 
-// get decodes the JSON value at key into v, a zero value. It reports false
+// get decodes the value at key into v, a zero value. It reports false
 // when the key is absent or expired.
 func (t *tx) get(key []byte, v any) (found bool, err error) {
 	item, err := t.item(key)
@@ -432,7 +450,8 @@ func (t *tx) getRaw(key []byte) ([]byte, error) {
 	return item.ValueCopy(nil)
 }
 
-// item returns the item at key, or nil when it is absent or expired.
+// item returns the item at key, or nil when it is absent or expired by the
+// store's clock.
 func (t *tx) item(key []byte) (*badger.Item, error) {
 	item, err := t.txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -441,10 +460,13 @@ func (t *tx) item(key []byte) (*badger.Item, error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
+	if exp := item.ExpiresAt(); exp != 0 && exp <= uint64(t.now.Unix()) {
+		return nil, nil
+	}
 	return item, nil
 }
 
-// set stages v as JSON at key; expiresAt is a Unix time in seconds, 0 for never.
+// set stages the stored form of v at key; expiresAt is a Unix time in seconds, 0 for never.
 func (t *tx) set(key []byte, v any, expiresAt uint64) error {
 	b, err := encode(v)
 	if err != nil {

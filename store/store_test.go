@@ -2,10 +2,8 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +19,6 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
-	"github.com/webhookd/webhookd/versioning"
 )
 
 var ctx = context.Background()
@@ -70,44 +67,6 @@ func mustDecide(t *testing.T, s *Store, d webhookd.Delivery) webhookd.Outcome {
 		t.Fatalf("Decide(%s): %v", d.RequestID, err)
 	}
 	return out
-}
-
-func TestDecideTable(t *testing.T) {
-	tests := []struct {
-		dup      dedupe.Outcome
-		ordering versioning.Ordering
-		want     webhookd.Decision
-	}{
-		{dedupe.New, Unordered, webhookd.Accepted},
-		{dedupe.New, versioning.First, webhookd.Accepted},
-		{dedupe.New, versioning.Newer, webhookd.Accepted},
-		{dedupe.New, versioning.Stale, webhookd.Stale},
-		{dedupe.Duplicate, "", webhookd.Duplicate},
-		{dedupe.Conflict, "", webhookd.Conflict},
-	}
-	for _, tt := range tests {
-		if got := decide(tt.dup, tt.ordering); got != tt.want {
-			t.Errorf("decide(%s, %s) = %s, want %s", tt.dup, tt.ordering, got, tt.want)
-		}
-	}
-}
-
-func TestReasonTable(t *testing.T) {
-	tests := []struct {
-		ordering        versioning.Ordering
-		version, latest string
-		want            string
-	}{
-		{Unordered, "", "", "request ID not seen before; the source has no resource version to order by"},
-		{versioning.First, "3", "", "request ID not seen before; first version 3 of the resource"},
-		{versioning.Newer, "4", "3", "request ID not seen before; version 4 is newer than the latest accepted version 3"},
-		{versioning.Stale, "2", "3", "request ID not seen before; version 2 is not newer than the latest accepted version 3, so it was recorded and not applied"},
-	}
-	for _, tt := range tests {
-		if got := reason(tt.ordering, tt.version, tt.latest); got != tt.want {
-			t.Errorf("reason(%s, %q, %q) = %q, want %q", tt.ordering, tt.version, tt.latest, got, tt.want)
-		}
-	}
 }
 
 func TestRetriesWithNewDeliveryIDsAreDuplicates(t *testing.T) {
@@ -313,7 +272,7 @@ func applyAsOneBatch(t *testing.T, s *Store, ds []webhookd.Delivery) []webhookd.
 	ops := make([]*op, len(ds))
 	for i, d := range ds {
 		ops[i] = &op{done: make(chan error, 1), stage: func(tx *tx) error {
-			out, err := s.stageDecision(tx, d)
+			out, err := s.stageDecision(tx, &d)
 			got[i] = out.Decision
 			return err
 		}}
@@ -345,72 +304,6 @@ func TestReceiptsAndVersionsSurviveReopen(t *testing.T) {
 	entries := outbox(t, s)
 	if len(entries) != 2 || entries[0].RequestID != "req-10" || entries[1].RequestID != "req-11" {
 		t.Errorf("outbox after reopen = %+v, want req-10 then req-11", entries)
-	}
-}
-
-// TestRecordsOfAnOlderBuildAreRead opens records as builds before the
-// binary form wrote them, JSON, and rewrites a receipt in the binary form
-// when a redelivery changes it.
-func TestRecordsOfAnOlderBuildAreRead(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	d := versioned("req-10", "sub_1", 10)
-	first := d.ReceivedAt.Add(-time.Minute).Round(0)
-	old := dedupe.Receipt{
-		Source: d.Source, RequestID: d.RequestID, Resource: d.Resource, Version: d.Version,
-		Decision: webhookd.Accepted, Reason: reason(versioning.First, d.Version, ""), DuplicateDecision: dedupe.New,
-		OrderingDecision: string(versioning.First), PayloadSHA256: d.Fingerprint, FirstSeen: first,
-		Forward: webhookd.ForwardStatus{State: webhookd.ForwardPending},
-	}
-	old.Record(dedupe.Delivery{DeliveryID: "d-old", ReceivedAt: first, Decision: webhookd.Accepted})
-	at := first.Add(time.Second)
-	records := map[string]any{
-		string(receiptKey(d.Source, d.RequestID)):       old,
-		string(latestKey(d.Source, d.Resource)):         versioning.Latest{Version: "10", Order: 10, RequestID: d.RequestID, UpdatedAt: first},
-		string(legacyForwardKey(d.Source, d.RequestID)): forwardRecord{ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardDelivered, Attempts: 1, LastStatus: 200, DeliveredAt: &at}, ReceiptFirstSeen: first},
-	}
-	err := s.db.Update(func(txn *badger.Txn) error {
-		for k, v := range records {
-			b, err := json.Marshal(v)
-			if err != nil {
-				return err
-			}
-			if err := txn.Set([]byte(k), b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	if out := mustDecide(t, s, d); out.Decision != webhookd.Duplicate || out.LatestVersion != "10" {
-		t.Errorf("redelivery: %+v, want duplicate with latest version 10", out)
-	}
-	if out := mustDecide(t, s, versioned("req-9", "sub_1", 9)); out.Decision != webhookd.Stale {
-		t.Errorf("version 9 after an older build's version 10: %s, want stale", out.Decision)
-	}
-	r := receiptOf(t, s, d.RequestID)
-	if r.Reason != old.Reason || !r.FirstSeen.Equal(first) || r.Attempts != 2 || r.Forward.State != webhookd.ForwardDelivered || !r.Forward.DeliveredAt.Equal(at) {
-		t.Errorf("receipt after the redelivery = %+v, want the older build's with its forward status and two attempts", r)
-	}
-	err = s.db.View(func(txn *badger.Txn) error {
-		if _, err := txn.Get(legacyForwardKey(d.Source, d.RequestID)); !errors.Is(err, badger.ErrKeyNotFound) {
-			t.Errorf("the older build's forward key after the redelivery that folded it: %v, want not found", err)
-		}
-		item, err := txn.Get(receiptKey(d.Source, d.RequestID))
-		if err != nil {
-			return err
-		}
-		return item.Value(func(b []byte) error {
-			if b[0] != tagReceipt {
-				t.Errorf("the rewritten receipt starts with %q, want the binary form's tag", b[0])
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -467,20 +360,43 @@ func outbox(t *testing.T, s *Store) []forward.Entry {
 
 func countOutbox(t *testing.T, s *Store) int { return len(outbox(t, s)) }
 
+// claimAll claims every due lane head of billing, for no time: each is
+// claimable again at once, and its claim holds until then.
+func claimAll(t *testing.T, s *Store) []forward.Claim {
+	t.Helper()
+	claims, err := s.Claim(ctx, "test", "billing", 1000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claims
+}
+
+// settle claims e, which must be a lane head, and settles it with r.
+func settle(t *testing.T, s *Store, e forward.Entry, r forward.Result) {
+	t.Helper()
+	for _, c := range claimAll(t, s) {
+		if c.Seq == e.Seq {
+			if err := s.Settle(ctx, c, r); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s/%s is not a lane head", e.Source, e.RequestID)
+}
+
 func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	mustDecide(t, s, versioned("req-1", "sub_1", 1))
 	if r := receiptOf(t, s, "req-1"); r.Forward.State != webhookd.ForwardPending {
 		t.Fatalf("forward state after the decision: %s, want pending", r.Forward.State)
 	}
-	entries, err := s.Pending(ctx, 0, 10, 1<<20)
-	if err != nil || len(entries) != 1 {
-		t.Fatalf("pending: %d entries, %v", len(entries), err)
+	entries := outbox(t, s)
+	if len(entries) != 1 {
+		t.Fatalf("outbox: %d entries", len(entries))
 	}
 	at := time.Now().UTC().Truncate(time.Millisecond)
-	if err := s.Settle(ctx, entries[0], forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: at}); err != nil {
-		t.Fatal(err)
-	}
+	settle(t, s, entries[0], forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: at})
 	want := webhookd.ForwardStatus{State: webhookd.ForwardDelivered, Attempts: 1, LastStatus: 200, DeliveredAt: &at}
 	assertForward := func(when string) {
 		t.Helper()
@@ -491,11 +407,6 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 		}
 	}
 	assertForward("after settling")
-	// What the forwarder asks before it settles an entry again after a
-	// Settle that failed, since Settle does not look.
-	if held, err := s.Holds(ctx, entries[0]); err != nil || held {
-		t.Errorf("Holds after settling = %v, %v; want false", held, err)
-	}
 
 	// A redelivery folds the status into the receipt it rewrites, so the
 	// status lives as long as the receipt.
@@ -507,7 +418,7 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 	assertForward("after a redelivery")
 	firstSeen := receiptOf(t, s, "req-1").FirstSeen
 	if err := s.view(func(txn *badger.Txn) error {
-		found, err := (&tx{txn: txn}).exists(forwardKey("billing", "req-1", firstSeen))
+		found, err := s.reader(txn).exists(forwardKey("billing", "req-1", firstSeen))
 		if found {
 			t.Error("the forward key outlived the redelivery that folded it")
 		}
@@ -530,9 +441,7 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 		t.Helper()
 		for _, e := range outbox(t, s) {
 			if e.RequestID == requestID {
-				if err := s.Settle(ctx, e, forward.Result{State: state, Attempts: 1, Status: 200, At: time.Now()}); err != nil {
-					t.Fatal(err)
-				}
+				settle(t, s, e, forward.Result{State: state, Attempts: 1, Status: 200, At: time.Now()})
 				return
 			}
 		}
@@ -590,14 +499,8 @@ func TestSettlingAnOldEntryKeepsALaterReceiptsStatus(t *testing.T) {
 	if len(entries) != 2 {
 		t.Fatalf("outbox: %d entries, want the old and the new one", len(entries))
 	}
-	settle := func(e forward.Entry, state webhookd.ForwardState) {
-		t.Helper()
-		if err := s.Settle(ctx, e, forward.Result{State: state, Attempts: 1, Status: 500, At: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	settle(entries[1], webhookd.ForwardDelivered)
-	settle(entries[0], webhookd.ForwardDead)
+	settle(t, s, entries[1], forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: time.Now()})
+	settle(t, s, entries[0], forward.Result{State: webhookd.ForwardDead, Attempts: 1, Status: 500, At: time.Now()})
 	if got := receiptOf(t, s, "req-1").Forward.State; got != webhookd.ForwardDelivered {
 		t.Errorf("forward state of the new receipt after the old entry was settled: %s, want delivered", got)
 	}
@@ -691,22 +594,16 @@ func TestEntryDoesNotTakeALaterReceiptsPayload(t *testing.T) {
 	if len(entries) != 2 {
 		t.Fatalf("outbox: %d entries, want both", len(entries))
 	}
-	if body, err := s.Body(ctx, entries[0]); !errors.Is(err, forward.ErrPayloadGone) {
-		t.Errorf("the first receipt's entry: body %q, %v; want its payload gone", body, err)
-	}
-	if body, err := s.Body(ctx, entries[1]); err != nil || string(body) != `{"n":"B"}` {
-		t.Errorf("the later receipt's entry: body %q, %v", body, err)
-	}
 	// Held in memory since its commit, the first entry has its own body;
-	// read from Badger after a restart, none.
-	if pending, err := s.Pending(ctx, 0, 10, 1<<20); err != nil || len(pending) != 2 || string(pending[0].Body) != `{"n":"A"}` {
-		t.Errorf("pending from memory: %+v, %v; want the first with its own body", pending, err)
+	// read from Badger after a restart, none: its payload is gone.
+	if claims := claimAll(t, s); len(claims) != 2 || string(claims[0].Body) != `{"n":"A"}` || string(claims[1].Body) != `{"n":"B"}` {
+		t.Errorf("claims from memory: %+v; want each with its own body", claims)
 	}
 	dir := s.Path
 	s.Close()
 	s = openStore(t, dir, func(s *Store) { s.ReceiptTTL = time.Second })
-	if pending, err := s.Pending(ctx, 0, 10, 1<<20); err != nil || len(pending) != 2 || pending[0].Body != nil || string(pending[1].Body) != `{"n":"B"}` {
-		t.Errorf("pending from Badger: %+v, %v; want the first without a body", pending, err)
+	if claims := claimAll(t, s); len(claims) != 2 || claims[0].Body != nil || string(claims[1].Body) != `{"n":"B"}` {
+		t.Errorf("claims from Badger: %+v; want the first without a body", claims)
 	}
 }
 
@@ -717,170 +614,4 @@ func receiptOf(t *testing.T, s *Store, requestID string) *dedupe.Receipt {
 		t.Fatal(err)
 	}
 	return r
-}
-
-func TestTailHandsOverCommittedEntriesOnce(t *testing.T) {
-	seqs := func(es []forward.Entry) []uint64 {
-		var out []uint64
-		for _, e := range es {
-			out = append(out, e.Seq)
-		}
-		return out
-	}
-	tl := &tail{from: 5}
-	tl.add([]forward.Entry{{Seq: 5}, {Seq: 6}, {Seq: 8}}) // 7 failed: a gap
-	steps := []struct {
-		after, limit int
-		want         []uint64
-		ok           bool
-	}{
-		{after: 3, limit: 10, ok: false},                     // 4 may be on disk only
-		{after: 4, limit: 2, want: []uint64{5, 6}, ok: true}, // limit holds
-		{after: 6, limit: 10, want: []uint64{8}, ok: true},   // 5 and 6 were handed over
-		{after: 8, limit: 10, want: nil, ok: true},
-	}
-	for _, st := range steps {
-		got, ok := tl.after(uint64(st.after), st.limit)
-		if ok != st.ok || !slices.Equal(seqs(got), st.want) {
-			t.Errorf("after(%d, %d) = %v, %v; want %v, %v", st.after, st.limit, seqs(got), ok, st.want, st.ok)
-		}
-	}
-	// A consumer that falls behind by more than maxTail is sent to Badger.
-	var many []forward.Entry
-	for i := range maxTail + 1 {
-		many = append(many, forward.Entry{Seq: uint64(9 + i)})
-	}
-	tl.add(many)
-	if _, ok := tl.after(8, 10); ok {
-		t.Error("after overflowing, the tail still claims entries it dropped")
-	}
-	next := uint64(9 + maxTail + 1)
-	tl.add([]forward.Entry{{Seq: next}})
-	if got, ok := tl.after(next-1, 10); !ok || !slices.Equal(seqs(got), []uint64{next}) {
-		t.Errorf("entries after the overflow: %v, %v", seqs(got), ok)
-	}
-	// After a failed commit, whose positions end before next+3, Badger
-	// is read for them.
-	tl.forget(next + 3)
-	if got, ok := tl.after(next, 10); ok {
-		t.Errorf("after a failed commit, the tail still answers for it: %v", seqs(got))
-	}
-	if got, ok := tl.after(next+2, 10); !ok || got != nil {
-		t.Errorf("after the failed commit's positions: %v, %v; want nothing held, from the tail", seqs(got), ok)
-	}
-}
-
-func TestPendingHandsOverBodiesAndFallsBackToBadger(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	mustDecide(t, s, versioned("req-1", "sub_1", 1))
-	d := versioned("req-2", "sub_1", 2)
-	mustDecide(t, s, d)
-	copy(d.Body, "XXXXXXXX") // the gateway's request buffer is reused once Decide returns
-	fromTail, err := s.Pending(ctx, 0, 10, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forgetTail(s) // the two entries are read from Badger next
-	fromDisk, err := s.Pending(ctx, 0, 10, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, got := range map[string][]forward.Entry{"tail": fromTail, "badger": fromDisk} {
-		if len(got) != 2 || got[0].RequestID != "req-1" || got[1].RequestID != "req-2" || got[0].Seq >= got[1].Seq {
-			t.Fatalf("%s: %+v", name, got)
-		}
-		if want := `{"id":"req-2","v":2}`; string(got[1].Body) != want {
-			t.Errorf("%s: body %q, want %q", name, got[1].Body, want)
-		}
-	}
-}
-
-// forgetTail overflows the store's tail, so that Pending reads the entries
-// committed so far from Badger, as for a forwarder that fell behind.
-func forgetTail(s *Store) {
-	overflow := make([]forward.Entry, maxTail+1)
-	for i := range overflow {
-		overflow[i].Seq = uint64(100 + i)
-	}
-	s.tail.add(overflow)
-}
-
-// Outbox entries written before bodies moved to the payload key carry their
-// body themselves; it must still be the one sent, whether the scan reads it
-// or Body does.
-func TestOutboxEntryWithItsOwnBodyIsSentAsIs(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	old := forward.Entry{Source: "billing", RequestID: "req-1", Body: []byte(`{"old":"format"}`)}
-	if err := s.update(func(t *tx) error { return t.setEntry(outboxKey(1), &old) }); err != nil {
-		t.Fatal(err)
-	}
-	forgetTail(s)
-	for _, room := range []int{1 << 20, 0} {
-		entries, err := s.Pending(ctx, 0, 10, room)
-		if err != nil || len(entries) != 1 {
-			t.Fatalf("pending: %+v, %v", entries, err)
-		}
-		body := entries[0].Body
-		if room == 0 {
-			if body != nil {
-				t.Errorf("no room for bodies, yet the scan read %q", body)
-			}
-			if body, err = s.Body(ctx, entries[0]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if string(body) != `{"old":"format"}` {
-			t.Errorf("room %d: body %q, want the entry's own", room, body)
-		}
-	}
-}
-
-// Rescheduling such an entry after a failed attempt rewrites it: its body,
-// which has no payload key, must stay in it.
-func TestRetriedEntryKeepsItsOwnBody(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	old := forward.Entry{Source: "billing", RequestID: "req-1", Body: []byte(`{"old":"format"}`)}
-	if err := s.update(func(t *tx) error { return t.setEntry(outboxKey(1), &old) }); err != nil {
-		t.Fatal(err)
-	}
-	old.Seq = 1
-	retry := forward.Result{State: webhookd.ForwardRetrying, Attempts: 1, Status: 503, NextAttemptAt: time.Now().Add(time.Minute)}
-	if err := s.Settle(ctx, old, retry); err != nil {
-		t.Fatal(err)
-	}
-	forgetTail(s)
-	entries, err := s.Pending(ctx, 0, 10, 0)
-	if err != nil || len(entries) != 1 || entries[0].Attempts != 1 {
-		t.Fatalf("pending after the retry: %+v, %v", entries, err)
-	}
-	if body, err := s.Body(ctx, entries[0]); err != nil || string(body) != `{"old":"format"}` {
-		t.Errorf("Body after the retry = %q, %v; want the entry's own", body, err)
-	}
-}
-
-// A forwarder holds bodies up to a budget: the scan stops reading them
-// there, and Body reads one later from its payload key.
-func TestPendingReadsBodiesUpToTheBudget(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	for v := uint64(1); v <= 3; v++ {
-		mustDecide(t, s, versioned(fmt.Sprintf("req-%d", v), "sub_1", v))
-	}
-	forgetTail(s)
-	size := len(`{"id":"req-1","v":1}`)
-	entries, err := s.Pending(ctx, 0, 10, 2*size)
-	if err != nil || len(entries) != 3 {
-		t.Fatalf("pending: %+v, %v", entries, err)
-	}
-	for i, e := range entries {
-		if hasBody := e.Body != nil; hasBody != (i < 2) {
-			t.Errorf("entry %d (%s): body %q", i, e.RequestID, e.Body)
-		}
-	}
-	body, err := s.Body(ctx, entries[2])
-	if want := `{"id":"req-3","v":3}`; err != nil || string(body) != want {
-		t.Errorf("Body = %q, %v; want %q", body, err, want)
-	}
-	if _, err := s.Body(ctx, forward.Entry{Seq: 99, Source: "billing", RequestID: "never"}); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
-		t.Errorf("Body of an entry that is not there: %v, want ENOTFOUND", err)
-	}
 }

@@ -117,6 +117,8 @@ const (
 	Newer Ordering = "newer"
 	// Stale: the version is lower than or equal to the latest accepted one.
 	Stale Ordering = "stale"
+	// Unordered: the delivery has no version, so there is nothing to order.
+	Unordered Ordering = "unordered"
 )
 
 // Order applies the stale rule. latest is nil when the resource is new.

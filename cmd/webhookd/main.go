@@ -188,7 +188,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	met := metrics.New(metrics.Gauges{
 		Sources:       sources,
-		OutboxPending: m.Forwarder.Pending,
+		OutboxPending: func() (map[string]int, error) { return m.Store.Pending(context.Background()) },
 		DeadLetters:   m.Store.DeadLetterCounts,
 		StoreSizes:    m.Store.Sizes,
 		Disk: func() metrics.Disk {

@@ -66,7 +66,7 @@ func BenchmarkForward(b *testing.B) {
 	if err := f.Open(); err != nil {
 		b.Fatal(err)
 	}
-	for f.Pending()["bench"] > 0 || received.Load() < int64(b.N) {
+	for pending(b, s)["bench"] > 0 || received.Load() < int64(b.N) {
 		time.Sleep(time.Millisecond)
 	}
 	b.StopTimer()

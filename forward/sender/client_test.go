@@ -20,12 +20,11 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward/sender"
-	"github.com/webhookd/webhookd/store"
 )
 
 // acceptRaw accepts a delivery without a resource, with the given body and
 // content type.
-func acceptRaw(t *testing.T, s *store.Store, requestID, contentType, body string) {
+func acceptRaw(t *testing.T, s backend, requestID, contentType, body string) {
 	t.Helper()
 	decide(t, s, webhookd.Delivery{
 		Source: "billing", RequestID: requestID, ReceivedAt: time.Now(),

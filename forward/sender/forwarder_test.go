@@ -100,7 +100,30 @@ func (d *downstream) all() []arrival {
 	return append([]arrival(nil), d.arrivals...)
 }
 
-func openStore(t *testing.T, dir string) *store.Store {
+// backend is what the forwarder's tests need of a store: the queue, and
+// the decisions and admin calls that fill and read it.
+type backend interface {
+	forward.Queue
+	Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error)
+	Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error)
+	Outbox(ctx context.Context, source string) ([]forward.Entry, error)
+	DeadLetters(ctx context.Context, source string) ([]forward.Entry, error)
+	RetryDeadLetter(ctx context.Context, source, requestID string) error
+	DiscardDeadLetter(ctx context.Context, source, requestID string) error
+	Redeliver(ctx context.Context, source, requestID string) error
+	Close() error
+}
+
+func pending(t testing.TB, q forward.Queue) map[string]int {
+	t.Helper()
+	n, err := q.Pending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func openStore(t *testing.T, dir string) backend {
 	t.Helper()
 	s := store.New(dir)
 	s.Logger = zaptest.NewLogger(t)
@@ -120,7 +143,7 @@ func route(url string) sender.Route {
 	}
 }
 
-func start(t *testing.T, s *store.Store, routes map[string]sender.Route) *sender.Forwarder {
+func start(t *testing.T, s backend, routes map[string]sender.Route) *sender.Forwarder {
 	t.Helper()
 	f := sender.New(s, routes, zaptest.NewLogger(t))
 	if err := f.Open(); err != nil {
@@ -130,7 +153,7 @@ func start(t *testing.T, s *store.Store, routes map[string]sender.Route) *sender
 	return f
 }
 
-func accept(t *testing.T, s *store.Store, source, requestID, resource string, version int) webhookd.Decision {
+func accept(t *testing.T, s backend, source, requestID, resource string, version int) webhookd.Decision {
 	t.Helper()
 	body := fmt.Sprintf(`{"id":%q,"object":%q,"version":%d}`, requestID, resource, version)
 	d := webhookd.Delivery{
@@ -145,7 +168,7 @@ func accept(t *testing.T, s *store.Store, source, requestID, resource string, ve
 }
 
 // decide fingerprints d's body and decides d.
-func decide(t *testing.T, s *store.Store, d webhookd.Delivery) webhookd.Decision {
+func decide(t *testing.T, s backend, d webhookd.Delivery) webhookd.Decision {
 	t.Helper()
 	d.Fingerprint, _ = dedupe.Fingerprint(d.Body, nil)
 	out, err := s.Decide(ctx, d)
@@ -167,7 +190,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func receipt(t *testing.T, s *store.Store, source, requestID string) *dedupe.Receipt {
+func receipt(t *testing.T, s backend, source, requestID string) *dedupe.Receipt {
 	t.Helper()
 	r, err := s.Receipt(ctx, source, requestID)
 	if err != nil {
@@ -177,11 +200,11 @@ func receipt(t *testing.T, s *store.Store, source, requestID string) *dedupe.Rec
 }
 
 // delivered reports whether billing's requestID is recorded as delivered.
-func delivered(t *testing.T, s *store.Store, requestID string) func() bool {
+func delivered(t *testing.T, s backend, requestID string) func() bool {
 	return func() bool { return receipt(t, s, "billing", requestID).Forward.State == webhookd.ForwardDelivered }
 }
 
-func outboxEmpty(t *testing.T, s *store.Store) func() bool {
+func outboxEmpty(t *testing.T, s backend) func() bool {
 	return func() bool {
 		entries, err := s.Outbox(ctx, "")
 		if err != nil {
@@ -223,34 +246,6 @@ func TestForwardsExactBodyAndHeaders(t *testing.T) {
 	f := receipt(t, s, "billing", "req-1").Forward
 	if f.Attempts != 1 || f.LastStatus != 200 || f.DeliveredAt == nil {
 		t.Errorf("forward status = %+v", f)
-	}
-	eventually(t, "empty outbox", outboxEmpty(t, s))
-}
-
-// Past its body budget the forwarder holds entries without their bodies and
-// reads each back when it goes; what arrives must not change.
-func TestBacklogPastTheBodyBudgetIsReadBack(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	down := newDownstream(t, nil)
-	for i := 1; i <= 10; i++ {
-		accept(t, s, "billing", fmt.Sprint("req-", i), "", i)
-	}
-	f := sender.New(s, map[string]sender.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
-	sender.SetBodyBudget(f, 100) // about two of these bodies
-	if err := f.Open(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close(ctx) })
-	eventually(t, "all delivered", func() bool { return len(down.delivered()) == 10 })
-	got := make(map[string]string)
-	for _, a := range down.delivered() {
-		got[a.header.Get("Idempotency-Key")] = a.body
-	}
-	for i := 1; i <= 10; i++ {
-		id := fmt.Sprint("req-", i)
-		if want := fmt.Sprintf(`{"id":%q,"object":"","version":%d}`, id, i); got[id] != want {
-			t.Errorf("%s arrived with body %q, want %q", id, got[id], want)
-		}
 	}
 	eventually(t, "empty outbox", outboxEmpty(t, s))
 }
@@ -307,27 +302,26 @@ func TestFailsTwiceThenDelivered(t *testing.T) {
 // may have landed all the same, as when a Badger commit's sync fails after
 // the write, or not, as when the disk is full.
 type settleFailsOnce struct {
-	*store.Store
+	backend
 	lands  bool
 	failed atomic.Bool
 }
 
-func (o *settleFailsOnce) Settle(ctx context.Context, e forward.Entry, r forward.Result) error {
+func (o *settleFailsOnce) Settle(ctx context.Context, e forward.Claim, r forward.Result) error {
 	if !o.failed.CompareAndSwap(false, true) {
-		return o.Store.Settle(ctx, e, r)
+		return o.backend.Settle(ctx, e, r)
 	}
 	if o.lands {
-		if err := o.Store.Settle(ctx, e, r); err != nil {
+		if err := o.backend.Settle(ctx, e, r); err != nil {
 			return err
 		}
 	}
 	return errors.New("sync memtable log: input/output error")
 }
 
-// After a Settle that failed, the forwarder asks the store whether the
-// entry is still there: one that was settled is not sent again, one that
-// was not has its result recorded again, and a supersede job that failed
-// part way settles the rest, the newest sent.
+// After a Settle that failed, the forwarder settles the claim again: one
+// that was recorded is not recorded twice, one that was not is recorded
+// now, and neither is sent again.
 func TestSettleThatFailedIsNotSentAgain(t *testing.T) {
 	for _, lands := range []bool{true, false} {
 		for _, supersede := range []bool{false, true} {
@@ -339,7 +333,7 @@ func TestSettleThatFailedIsNotSentAgain(t *testing.T) {
 				}
 				r := route(down.URL)
 				r.Supersede = supersede
-				o := &settleFailsOnce{Store: s, lands: lands}
+				o := &settleFailsOnce{backend: s, lands: lands}
 				f := sender.New(o, map[string]sender.Route{"billing": r}, zaptest.NewLogger(t))
 				if err := f.Open(); err != nil {
 					t.Fatal(err)
@@ -347,7 +341,7 @@ func TestSettleThatFailedIsNotSentAgain(t *testing.T) {
 				t.Cleanup(func() { f.Close(ctx) })
 				eventually(t, "a Settle that fails", o.failed.Load)
 				// The lane waits a second after the error, then finishes.
-				eventually(t, "nothing pending", func() bool { return f.Pending()["billing"] == 0 })
+				eventually(t, "nothing pending", func() bool { return pending(t, s)["billing"] == 0 })
 				var keys []string
 				for _, a := range down.all() {
 					keys = append(keys, a.header.Get("Idempotency-Key"))
@@ -373,58 +367,6 @@ func TestSettleThatFailedIsNotSentAgain(t *testing.T) {
 			})
 		}
 	}
-}
-
-// An attempt still to record is recorded whatever else fails first, and
-// alone: a supersede job that finds its head unrecorded leaves the older
-// versions behind it for the next job, which supersedes them.
-func TestUnsettledAttemptIsRecordedAlone(t *testing.T) {
-	for _, holdsFails := range []bool{false, true} {
-		t.Run(fmt.Sprintf("holds fails=%v", holdsFails), func(t *testing.T) {
-			s := openStore(t, t.TempDir())
-			down := newDownstream(t, nil)
-			r := route(down.URL)
-			r.Supersede = true
-			o := &settleThenHoldsFail{settleFailsOnce: settleFailsOnce{Store: s}}
-			o.holdsFailed.Store(!holdsFails)
-			f := sender.New(o, map[string]sender.Route{"billing": r}, zaptest.NewLogger(t))
-			if err := f.Open(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { f.Close(ctx) })
-			accept(t, s, "billing", "req-1", "sub_1", 1)
-			eventually(t, "a Settle that fails", o.failed.Load)
-			accept(t, s, "billing", "req-2", "sub_1", 2) // during the pause
-			accept(t, s, "billing", "req-3", "sub_1", 3)
-			eventually(t, "empty outbox", outboxEmpty(t, s))
-			var keys []string
-			for _, a := range down.all() {
-				keys = append(keys, a.header.Get("Idempotency-Key"))
-			}
-			if !slices.Equal(keys, []string{"req-1", "req-3"}) {
-				t.Errorf("downstream got %v, want req-1 once, then req-3", keys)
-			}
-			for id, want := range map[string]webhookd.ForwardState{"req-1": webhookd.ForwardDelivered, "req-2": webhookd.ForwardSuperseded, "req-3": webhookd.ForwardDelivered} {
-				if got := receipt(t, s, "billing", id).Forward; got.State != want {
-					t.Errorf("%s: %+v, want %s", id, got, want)
-				}
-			}
-		})
-	}
-}
-
-// settleThenHoldsFail fails its first Settle, and then its first Holds
-// unless holdsFailed starts true.
-type settleThenHoldsFail struct {
-	settleFailsOnce
-	holdsFailed atomic.Bool
-}
-
-func (o *settleThenHoldsFail) Holds(ctx context.Context, e forward.Entry) (bool, error) {
-	if o.holdsFailed.CompareAndSwap(false, true) {
-		return false, errors.New("read: input/output error")
-	}
-	return o.Store.Holds(ctx, e)
 }
 
 func TestRetryAfterIsHonoured(t *testing.T) {
@@ -773,21 +715,21 @@ func TestEntryWhosePayloadExpiredIsDeadLettered(t *testing.T) {
 	// second: two boundaries are certain).
 	s.Close()
 	time.Sleep(2100 * time.Millisecond)
-	s = openStore(t, dir)
+	b := openStore(t, dir)
 	down := newDownstream(t, nil)
-	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
-	eventually(t, "empty outbox", outboxEmpty(t, s))
+	start(t, b, map[string]sender.Route{"billing": route(down.URL)})
+	eventually(t, "empty outbox", outboxEmpty(t, b))
 	if n := len(down.all()); n != 0 {
 		t.Errorf("the downstream got %d requests for an entry without a payload", n)
 	}
-	dead, err := s.DeadLetters(ctx, "billing")
+	dead, err := b.DeadLetters(ctx, "billing")
 	if err != nil || len(dead) != 1 {
 		t.Fatalf("dead letters = %v, %v", dead, err)
 	}
 	if d := dead[0]; !d.BodyLost || !strings.Contains(d.LastError, "payload expired") {
 		t.Errorf("dead letter = %+v, want its body lost and why", d)
 	}
-	if err := s.RetryDeadLetter(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+	if err := b.RetryDeadLetter(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
 		t.Errorf("retrying a dead letter without a payload: %v, want a conflict", err)
 	}
 }

@@ -1,0 +1,263 @@
+package store
+
+import (
+	"container/heap"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/webhookd/webhookd/forward"
+)
+
+// bodyBudget bounds the bytes of bodies the queue keeps in memory. Entries
+// accepted while it has room are claimed with the body the decision wrote,
+// which is the common case when forwarding keeps up; the others' bodies are
+// read from their payload keys when they are claimed.
+const bodyBudget = 32 << 20
+
+// settledMax bounds, per generation, the settled claim tokens the queue
+// remembers so that settling a claim again succeeds without effect.
+const settledMax = 1 << 16
+
+// queue is the outbox's lanes and claims, in memory: the store holds the
+// only writer of its Badger directory, so claims and leases need not be on
+// disk, and a restart, which ends every lease, rebuilds the lanes from the
+// outbox keys. It holds committed entries only: the writer adds and
+// settles entries after their batch commits.
+type queue struct {
+	mu      sync.Mutex
+	sources map[string]*sourceQueue
+	token   uint64
+	bodies  int // bytes of bodies held
+	// settled holds the tokens of claims settled lately, in two
+	// generations, as latestCache does.
+	settled, settledPrev map[uint64]struct{}
+}
+
+type sourceQueue struct {
+	lanes   map[string]*lane
+	ready   laneHeap           // lanes whose head is not claimed, by when it is due
+	claimed map[*lane]struct{} // lanes whose head is claimed
+	n       int                // entries
+}
+
+// lane is the entries of one (source, resource), in outbox order.
+type lane struct {
+	key   string
+	items []*item
+}
+
+type item struct {
+	entry   forward.Entry // without its body
+	body    []byte        // when held (see bodyBudget)
+	held    bool
+	claimed bool
+	token   uint64 // the latest claim's
+	until   time.Time
+}
+
+func newQueue() *queue {
+	return &queue{sources: make(map[string]*sourceQueue), settled: make(map[uint64]struct{}), settledPrev: make(map[uint64]struct{})}
+}
+
+// laneKey names e's lane within its source: its resource, or its position
+// when it has none, as entries without a resource go in parallel.
+func laneKey(e *forward.Entry) string {
+	if e.Resource != "" {
+		return e.Resource
+	}
+	return "\x00" + strconv.FormatUint(e.Seq, 10)
+}
+
+// add appends e to its lane; body, when not nil, is its body, which the
+// queue keeps while the budget allows.
+func (q *queue) add(e forward.Entry, body []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	sq := q.sources[e.Source]
+	if sq == nil {
+		sq = &sourceQueue{lanes: make(map[string]*lane), claimed: make(map[*lane]struct{})}
+		q.sources[e.Source] = sq
+	}
+	key := laneKey(&e)
+	l := sq.lanes[key]
+	if l == nil {
+		l = &lane{key: key}
+		sq.lanes[key] = l
+	}
+	e.Body = nil
+	it := &item{entry: e}
+	if body != nil && q.bodies+len(body) <= bodyBudget {
+		it.body, it.held = body, true
+		q.bodies += len(body)
+	}
+	l.items = append(l.items, it)
+	sq.n++
+	if len(l.items) == 1 {
+		heap.Push(&sq.ready, l)
+	}
+}
+
+// claim hands owner up to n of source's due lane heads: those not claimed,
+// and those whose lease ended. A claim's Body is nil when the queue does
+// not hold it; needBody lists those claims.
+func (q *queue) claim(owner, source string, n int, lease time.Duration, now time.Time) (claims []forward.Claim, needBody []int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	sq := q.sources[source]
+	if sq == nil {
+		return nil, nil
+	}
+	take := func(l *lane) {
+		it := l.items[0]
+		q.token++
+		it.claimed, it.token, it.until = true, q.token, now.Add(lease)
+		sq.claimed[l] = struct{}{}
+		c := forward.Claim{Entry: it.entry, Owner: owner, Token: it.token, Until: it.until, Newer: len(l.items) > 1}
+		if it.held {
+			c.Body = it.body
+		} else {
+			needBody = append(needBody, len(claims))
+		}
+		claims = append(claims, c)
+	}
+	// A lease that ended is claimable again, oldest entry first.
+	var expired []*lane
+	for l := range sq.claimed {
+		if !l.items[0].until.After(now) {
+			expired = append(expired, l)
+		}
+	}
+	slices.SortFunc(expired, func(a, b *lane) int { return compareSeq(a.items[0].entry.Seq, b.items[0].entry.Seq) })
+	for _, l := range expired[:min(n, len(expired))] {
+		take(l)
+	}
+	for len(claims) < n && sq.ready.Len() > 0 && !sq.ready[0].due.After(now) {
+		take(heap.Pop(&sq.ready).(*lane))
+	}
+	return claims, needBody
+}
+
+func compareSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// head returns c's entry if it is still the head of its lane under c's
+// claim; otherwise lost says whether another claim took it, rather than c
+// being settled already.
+func (q *queue) head(c *forward.Claim) (it *item, lost bool) {
+	if sq := q.sources[c.Source]; sq != nil {
+		if l := sq.lanes[laneKey(&c.Entry)]; l != nil {
+			if h := l.items[0]; h.entry.Seq == c.Seq && h.token == c.Token {
+				if h.claimed {
+					return h, false
+				}
+				return nil, false // settled, and rescheduled
+			}
+		}
+	}
+	_, done := q.settled[c.Token]
+	if !done {
+		_, done = q.settledPrev[c.Token]
+	}
+	return nil, !done
+}
+
+// check says whether a Settle of c should write: ok when c still holds
+// its entry; lost when another claim took it. Neither: c was settled
+// already.
+func (q *queue) check(c *forward.Claim) (ok, lost bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	it, lost := q.head(c)
+	return it != nil, lost
+}
+
+// settle applies the committed effect of settling c, unless a settle of c
+// committed in the same batch did already.
+func (q *queue) settle(c *forward.Claim, eff *forward.Effect) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	it, _ := q.head(c)
+	if it == nil {
+		return
+	}
+	if len(q.settled) >= settledMax {
+		q.settledPrev, q.settled = q.settled, make(map[uint64]struct{}, len(q.settled))
+	}
+	q.settled[c.Token] = struct{}{}
+	sq := q.sources[c.Source]
+	l := sq.lanes[laneKey(&c.Entry)]
+	delete(sq.claimed, l)
+	it.claimed = false
+	if eff.Move == forward.Reschedule {
+		it.entry = eff.Entry
+		it.entry.Body = nil
+		heap.Push(&sq.ready, l)
+		return
+	}
+	if it.held {
+		q.bodies -= len(it.body)
+	}
+	l.items[0] = nil
+	l.items = l.items[1:]
+	sq.n--
+	if len(l.items) == 0 {
+		delete(sq.lanes, l.key)
+		return
+	}
+	heap.Push(&sq.ready, l)
+}
+
+// pending returns how many entries each source has.
+func (q *queue) pending() map[string]int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	counts := make(map[string]int, len(q.sources))
+	for source, sq := range q.sources {
+		if sq.n > 0 {
+			counts[source] = sq.n
+		}
+	}
+	return counts
+}
+
+// laneHeap orders lanes by when their head is due, then outbox order. It
+// keeps each head's due time and position beside its lane: a lane's head
+// does not change while the lane waits here, and reading them through the
+// lane at every comparison misses the cache.
+type laneHeap []readyLane
+
+type readyLane struct {
+	due  time.Time
+	seq  uint64
+	lane *lane
+}
+
+func (h laneHeap) Len() int { return len(h) }
+func (h laneHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h laneHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *laneHeap) Push(x any) {
+	l := x.(*lane)
+	head := &l.items[0].entry
+	*h = append(*h, readyLane{due: head.NextAttemptAt, seq: head.Seq, lane: l})
+}
+func (h *laneHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1].lane
+	old[len(old)-1] = readyLane{}
+	*h = old[:len(old)-1]
+	return l
+}
