@@ -36,10 +36,10 @@ func Example() []byte { return bytes.Clone(example) }
 // Config is webhookd's configuration.
 type Config struct {
 	Listen          string        `yaml:"listen" validate:"required,listen"`
-	DataDir         string        `yaml:"data_dir" validate:"required"`
+	DataDir         string        `yaml:"data_dir" validate:"required"` // the badger backend's directory
 	Storage         Storage       `yaml:"storage"`
 	ReceiptTTL      time.Duration `yaml:"receipt_ttl" validate:"gte=1s"`
-	MaxBody         int           `yaml:"max_body" validate:"gt=0,lte=33554432"` // Badger refuses values over 64 MiB
+	MaxBody         int           `yaml:"max_body" validate:"gt=0"` // the storage backend checks it against what it can store
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" validate:"gt=0"`
 	Log             Log           `yaml:"log"`
 	Admin           Admin         `yaml:"admin"`
@@ -49,8 +49,10 @@ type Config struct {
 	Sources []Source `yaml:"sources" validate:"required,min=1,unique=Name,dive"`
 }
 
-// Storage configures the store in data_dir.
+// Storage chooses where receipts, versions and the outbox are kept, and
+// configures the store in data_dir.
 type Storage struct {
+	Backend string `yaml:"backend" validate:"oneof=badger"`
 	// MinFree is the free space, in bytes, kept in data_dir for what Badger
 	// may still write: below it new decisions are refused with 503 until
 	// there is more, and webhookd does not start. 0 derives it from
@@ -146,6 +148,7 @@ type Backoff struct {
 func New() *Config {
 	return &Config{
 		Listen:          ":8080",
+		Storage:         Storage{Backend: "badger"},
 		DataDir:         "./data",
 		ReceiptTTL:      168 * time.Hour,
 		MaxBody:         1 << 20,

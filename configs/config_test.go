@@ -124,8 +124,8 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 		{"version format without version", `sources: [{name: a, request_id: "json:id", version_format: integer}]`, []string{"sources[0].version_format: set without version"}},
 		{"reserved source name", `sources: [{name: unknown, request_id: "json:id"}]`, []string{`sources[0].name: "unknown" is reserved`}},
 		{"retries that overflow the window check", `{sources: [{name: a, request_id: "json:id", forward: {url: "http://127.0.0.1:9/", max_attempts: 30000000, timeout: 1h, backoff: {max: 1000h}}}]}`, []string{"sources[0].forward.max_attempts: retries may take up to"}},
-		{"body too large to store", `{max_body: 67108864, sources: [{name: a, request_id: "json:id"}]}`, []string{"max_body: must be at most 33554432 (got 67108864)"}},
 		{"negative reserve", `{storage: {min_free: -1}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.min_free: must be at least 0 (got -1)"}},
+		{"unknown storage backend", `{storage: {backend: mysql}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.backend: must be one of: badger (got mysql)"}},
 		{"every problem at once", `{max_body: 0, sources: [{name: a}]}`, []string{"max_body: must be greater than 0", "sources[0].request_id: is required"}},
 	}
 	for _, tt := range tests {

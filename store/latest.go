@@ -9,8 +9,7 @@ const latestCacheSize = 1 << 16
 // latestCache holds the latest versions the writer read or committed lately.
 // A resource's key is rewritten at every accepted version, so older copies
 // of it sit in most LSM levels, and Badger's Get searches every level even
-// after a memtable hit: in a profile of the intake phase that search was
-// 60 % of staging a decision.
+// after a memtable hit.
 //
 // Only the writer goroutine uses it. It holds committed values only: what a
 // batch writes waits in staged until the batch commits, and is dropped if

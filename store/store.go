@@ -23,6 +23,10 @@ const (
 	DefaultMaxBatch   = 1024
 )
 
+// MaxBody is the largest body the store takes: Badger refuses values over
+// 64 MiB, and a payload holds the body with its metadata.
+const MaxBody = 32 << 20
+
 // ErrClosed is returned for operations submitted after Close.
 var ErrClosed = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "store is closed"}
 

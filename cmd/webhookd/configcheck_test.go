@@ -236,3 +236,16 @@ func TestConfigCheckSaysWhereTheDerivedReserveIs(t *testing.T) {
 		}
 	}
 }
+
+// The storage backend, not the configuration package, knows how large a
+// body it can store.
+func TestBodyTooLargeForTheBackendIsAConfigError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "webhookd.yaml")
+	if err := os.WriteFile(path, []byte("max_body: 67108864\nsources: [{name: a, request_id: \"json:id\"}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadConfig(path, true)
+	if err == nil || !strings.Contains(err.Error(), "max_body: must be at most 33554432 with storage.backend badger (got 67108864)") {
+		t.Errorf("loadConfig: %v", err)
+	}
+}

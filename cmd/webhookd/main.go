@@ -127,11 +127,32 @@ func closeWithin(ctx context.Context, grace time.Duration, close func(context.Co
 // loadConfig reads path. When --config was not given and the default file is
 // absent (the binary runs outside a checkout), the embedded example serves.
 func loadConfig(path string, explicit bool) (*configs.Config, error) {
-	if _, err := os.Stat(path); !explicit && errors.Is(err, os.ErrNotExist) {
+	var cfg *configs.Config
+	var err error
+	if _, statErr := os.Stat(path); !explicit && errors.Is(statErr, os.ErrNotExist) {
 		fmt.Fprintf(os.Stderr, "webhookd: %s not found, using the embedded example configuration\n", path)
-		return configs.Parse(configs.Example())
+		cfg, err = configs.Parse(configs.Example())
+	} else {
+		cfg, err = configs.Load(path)
 	}
-	return configs.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if problems := storageProblems(cfg); len(problems) > 0 {
+		return nil, &configs.ValidationError{Problems: problems}
+	}
+	return cfg, nil
+}
+
+// storageProblems checks cfg against the limits of its storage backend,
+// which only the backend knows.
+func storageProblems(cfg *configs.Config) []configs.Problem {
+	var problems []configs.Problem
+	if cfg.MaxBody > store.MaxBody {
+		problems = append(problems, configs.Problem{Path: "max_body",
+			Msg: fmt.Sprintf("must be at most %d with storage.backend %s (got %d)", store.MaxBody, cfg.Storage.Backend, cfg.MaxBody)})
+	}
+	return problems
 }
 
 func newLogger(c configs.Log) (*zap.Logger, error) {

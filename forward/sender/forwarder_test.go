@@ -29,6 +29,7 @@ import (
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/store"
+	"github.com/webhookd/webhookd/store/storetest"
 )
 
 var ctx = context.Background()
@@ -102,17 +103,7 @@ func (d *downstream) all() []arrival {
 
 // backend is what the forwarder's tests need of a store: the queue, and
 // the decisions and admin calls that fill and read it.
-type backend interface {
-	forward.Queue
-	Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error)
-	Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error)
-	Outbox(ctx context.Context, source string) ([]forward.Entry, error)
-	DeadLetters(ctx context.Context, source string) ([]forward.Entry, error)
-	RetryDeadLetter(ctx context.Context, source, requestID string) error
-	DiscardDeadLetter(ctx context.Context, source, requestID string) error
-	Redeliver(ctx context.Context, source, requestID string) error
-	Close() error
-}
+type backend = storetest.Backend
 
 func pending(t testing.TB, q forward.Queue) map[string]int {
 	t.Helper()
