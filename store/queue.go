@@ -149,54 +149,48 @@ func compareSeq(a, b uint64) int {
 	return 0
 }
 
-// head returns c's entry if it is still the head of its lane under c's
-// claim; otherwise lost says whether another claim took it, rather than c
-// being settled already.
-func (q *queue) head(c *forward.Claim) (it *item, lost bool) {
-	if sq := q.sources[c.Source]; sq != nil {
-		if l := sq.lanes[laneKey(&c.Entry)]; l != nil {
-			if h := l.items[0]; h.entry.Seq == c.Seq && h.token == c.Token {
-				if h.claimed {
-					return h, false
-				}
-				return nil, false // settled, and rescheduled
-			}
-		}
-	}
-	_, done := q.settled[c.Token]
-	if !done {
-		_, done = q.settledPrev[c.Token]
-	}
-	return nil, !done
-}
-
 // check says whether a Settle of c should write: ok when c still holds
 // its entry; lost when another claim took it. Neither: c was settled
 // already.
 func (q *queue) check(c *forward.Claim) (ok, lost bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	it, lost := q.head(c)
-	return it != nil, lost
+	if q.wasSettled(c.Token) {
+		return false, false
+	}
+	if sq := q.sources[c.Source]; sq != nil {
+		if l := sq.lanes[laneKey(&c.Entry)]; l != nil {
+			h := l.items[0]
+			if h.entry.Seq == c.Seq && h.token == c.Token && h.claimed {
+				return true, false
+			}
+		}
+	}
+	return false, true
 }
 
-// settle applies the committed effect of settling c, unless a settle of c
-// committed in the same batch did already.
+// settle applies the committed effect of settling c. The settle passed
+// check when it was staged, so it applies even if c's lease ended and
+// another owner claimed the entry before the commit: that claim is the one
+// lost. A settle of c committed twice in one batch applies once.
 func (q *queue) settle(c *forward.Claim, eff *forward.Effect) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	it, _ := q.head(c)
-	if it == nil {
+	if q.wasSettled(c.Token) {
+		return
+	}
+	sq := q.sources[c.Source]
+	l := sq.lanes[laneKey(&c.Entry)]
+	if l == nil || l.items[0].entry.Seq != c.Seq {
 		return
 	}
 	if len(q.settled) >= settledMax {
 		q.settledPrev, q.settled = q.settled, make(map[uint64]struct{}, len(q.settled))
 	}
 	q.settled[c.Token] = struct{}{}
-	sq := q.sources[c.Source]
-	l := sq.lanes[laneKey(&c.Entry)]
-	delete(sq.claimed, l)
+	it := l.items[0]
 	it.claimed = false
+	delete(sq.claimed, l)
 	if eff.Move == forward.Reschedule {
 		it.entry = eff.Entry
 		it.entry.Body = nil
@@ -214,6 +208,14 @@ func (q *queue) settle(c *forward.Claim, eff *forward.Effect) {
 		return
 	}
 	heap.Push(&sq.ready, l)
+}
+
+func (q *queue) wasSettled(token uint64) bool {
+	_, done := q.settled[token]
+	if !done {
+		_, done = q.settledPrev[token]
+	}
+	return done
 }
 
 // pending returns how many entries each source has.
