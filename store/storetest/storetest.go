@@ -228,6 +228,9 @@ func testDecisionMatrix(t *testing.T, open Open) {
 			t.Errorf("step %d, %s: forward %s, pending %v", i, s.d.RequestID, r.Forward.State, s.pending)
 		}
 	}
+	if r := f.receipt("plain"); r.Decision != webhookd.Accepted || r.Attempts != 3 || len(r.Deliveries) != 3 || r.Deliveries[2].Decision != webhookd.Conflict {
+		t.Errorf("receipt after a duplicate and a conflict: %+v", r)
+	}
 	if r := f.receipt("v2"); r.Decision != webhookd.Stale || r.Attempts != 2 || r.LatestVersionAtDecision != "3" || r.Reason == "" {
 		t.Errorf("stale receipt %+v", r)
 	}
@@ -346,6 +349,7 @@ func testFailedCommitWritesNothing(t *testing.T, open Open) {
 func testReceiptsExpire(t *testing.T, open Open) {
 	f := newFixture(t, open)
 	f.accept("req-1", "", 0)
+	f.accept("v1", "sub", 1)
 	f.clock.Advance(f.cfg.ReceiptTTL - time.Minute)
 	d := f.delivery("req-1", "", 0, `{"id":"req-1"}`)
 	if out := f.decide(d); out.Decision != webhookd.Duplicate {
@@ -362,6 +366,14 @@ func testReceiptsExpire(t *testing.T, open Open) {
 	d.ReceivedAt = f.clock.Now()
 	if out := f.decide(d); out.Decision != webhookd.Accepted {
 		t.Errorf("past the TTL: %s, want accepted as new work", out.Decision)
+	}
+	// Latest versions never expire: a forgotten request ID is new work,
+	// and its old version is stale now.
+	if l, err := f.b.Latest(ctx, source, "sub"); err != nil || l.Version != "1" {
+		t.Errorf("latest past the TTL: %+v, %v", l, err)
+	}
+	if out := f.decide(f.delivery("v1", "sub", 1, `{"id":"v1"}`)); out.Decision != webhookd.Stale {
+		t.Errorf("v1 again past the TTL: %s, want stale", out.Decision)
 	}
 }
 
