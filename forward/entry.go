@@ -1,20 +1,12 @@
 package forward
 
-import (
-	"errors"
-	"time"
-)
-
-// ErrPayloadGone is the error for an entry whose body is no longer held
-// (it waited longer than the receipt TTL): it is dead-lettered, as nothing
-// can be sent.
-var ErrPayloadGone = errors.New("payload no longer held")
+import "time"
 
 // Entry is one accepted delivery waiting to be forwarded. Entries of one
 // resource are created in version order (the stale rule refuses anything
 // else), so their outbox order is their version order.
 type Entry struct {
-	Seq           uint64            `json:"-"` // outbox position, from the key
+	Seq           uint64            `json:"-"` // the entry's position in the outbox, which identifies it
 	Source        string            `json:"source"`
 	RequestID     string            `json:"request_id"`
 	Resource      string            `json:"resource,omitempty"`
@@ -30,5 +22,5 @@ type Entry struct {
 	// BodyLost marks a dead letter whose payload expired before it was
 	// forwarded: there is nothing left to send.
 	BodyLost bool   `json:"body_lost,omitempty"`
-	Body     []byte `json:"-"` // nil when not read; an empty body is empty, not nil
+	Body     []byte `json:"-"` // nil when not read or no longer held; an empty body is empty, not nil
 }

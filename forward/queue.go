@@ -38,7 +38,8 @@ type Queue interface {
 // Claim is one entry handed to one owner until Until.
 type Claim struct {
 	// Entry comes with its Body; Body is nil when its payload expired
-	// before it could be sent (ErrPayloadGone).
+	// (receipt_ttl) before it could be sent, and the entry is then
+	// dead-lettered, as nothing can be sent.
 	Entry
 	Owner string
 	Token uint64

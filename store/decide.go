@@ -51,9 +51,13 @@ func (s *Store) stageDecision(t *tx, d *webhookd.Delivery) (webhookd.Outcome, er
 		held = &r
 	}
 	var latest *versioning.Latest
+	var l versioning.Latest
 	if resource := dedupe.LatestFor(held, d); resource != "" {
-		if latest, err = t.latestOf(d.Source, resource); err != nil {
+		if l, found, err = t.getLatest(d.Source, resource); err != nil {
 			return webhookd.Outcome{}, err
+		}
+		if found {
+			latest = &l
 		}
 	}
 

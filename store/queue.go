@@ -106,7 +106,7 @@ func (q *queue) claim(owner, source string, n int, lease time.Duration, now time
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	sq := q.sources[source]
-	if sq == nil {
+	if sq == nil || n <= 0 {
 		return nil, nil
 	}
 	take := func(l *lane) {
