@@ -53,8 +53,11 @@ type item struct {
 	body    []byte        // when held (see bodyBudget)
 	held    bool
 	claimed bool
-	token   uint64 // the latest claim's
-	until   time.Time
+	// settling marks a claim whose Settle is staged and not yet committed:
+	// its entry is not reclaimed meanwhile, even if the lease ends.
+	settling bool
+	token    uint64 // the latest claim's
+	until    time.Time
 }
 
 func newQueue() *queue {
@@ -125,7 +128,7 @@ func (q *queue) claim(owner, source string, n int, lease time.Duration, now time
 	// A lease that ended is claimable again, oldest entry first.
 	var expired []*lane
 	for l := range sq.claimed {
-		if !l.items[0].until.After(now) {
+		if h := l.items[0]; !h.until.After(now) && !h.settling {
 			expired = append(expired, l)
 		}
 	}
@@ -162,6 +165,7 @@ func (q *queue) check(c *forward.Claim) (ok, lost bool) {
 		if l := sq.lanes[laneKey(&c.Entry)]; l != nil {
 			h := l.items[0]
 			if h.entry.Seq == c.Seq && h.token == c.Token && h.claimed {
+				h.settling = true
 				return true, false
 			}
 		}
@@ -169,10 +173,9 @@ func (q *queue) check(c *forward.Claim) (ok, lost bool) {
 	return false, true
 }
 
-// settle applies the committed effect of settling c. The settle passed
-// check when it was staged, so it applies even if c's lease ended and
-// another owner claimed the entry before the commit: that claim is the one
-// lost. A settle of c committed twice in one batch applies once.
+// settle applies the committed effect of settling c, which passed check
+// when it was staged. A settle of c committed twice in one batch applies
+// once.
 func (q *queue) settle(c *forward.Claim, eff *forward.Effect) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -189,7 +192,7 @@ func (q *queue) settle(c *forward.Claim, eff *forward.Effect) {
 	}
 	q.settled[c.Token] = struct{}{}
 	it := l.items[0]
-	it.claimed = false
+	it.claimed, it.settling = false, false
 	delete(sq.claimed, l)
 	if eff.Move == forward.Reschedule {
 		it.entry = eff.Entry
