@@ -30,11 +30,9 @@ func (t *tx) enqueue(e *forward.Entry, expiresAt uint64) error {
 	// without its body is the encoding without its tail.
 	metaLen := len(payload) - len(e.Body)
 	t.setRaw(outboxKey(e.Seq), payload[:metaLen:metaLen], 0)
-	added := *e
 	// e.Body may be the caller's request buffer, valid only while the op
 	// runs; the encoding ends with a copy of it that nothing changes.
-	body := payload[metaLen:]
-	t.onCommit(func(s *Store) { s.queue.add(added, body) })
+	t.changes = append(t.changes, change{entry: *e, body: payload[metaLen:]})
 	return nil
 }
 
@@ -205,7 +203,7 @@ func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) e
 		default:
 			t.delete(key)
 		}
-		t.onCommit(func(s *Store) { s.queue.settle(&c, &eff) })
+		t.changes = append(t.changes, change{settle: &settlement{claim: c, eff: eff}})
 		return t.setForward(c.Source, c.RequestID, c.CreatedAt, eff.Status, s.ReceiptTTL)
 	})
 	if err != nil {

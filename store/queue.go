@@ -39,7 +39,10 @@ type sourceQueue struct {
 	lanes   map[string]*lane
 	ready   laneHeap           // lanes whose head is not claimed, by when it is due
 	claimed map[*lane]struct{} // lanes whose head is claimed
-	n       int                // entries
+	// leaseEnds is no later than the first lease of claimed to end, so
+	// that claim looks for ended leases only once there may be one.
+	leaseEnds time.Time
+	n         int // entries
 }
 
 // lane is the entries of one (source, resource), in outbox order.
@@ -73,11 +76,41 @@ func laneKey(e *forward.Entry) string {
 	return "\x00" + strconv.FormatUint(e.Seq, 10)
 }
 
+// change is what one committed operation does to the queue: add an entry
+// (with its body, when not nil), or settle a claim.
+type change struct {
+	entry  forward.Entry
+	body   []byte
+	settle *settlement
+}
+
+type settlement struct {
+	claim forward.Claim
+	eff   forward.Effect
+}
+
+// apply applies the changes a batch committed, in their order.
+func (q *queue) apply(changes []change) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range changes {
+		if c := &changes[i]; c.settle != nil {
+			q.settleLocked(&c.settle.claim, &c.settle.eff)
+		} else {
+			q.addLocked(c.entry, c.body)
+		}
+	}
+}
+
 // add appends e to its lane; body, when not nil, is its body, which the
 // queue keeps while the budget allows.
 func (q *queue) add(e forward.Entry, body []byte) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.addLocked(e, body)
+}
+
+func (q *queue) addLocked(e forward.Entry, body []byte) {
 	sq := q.sources[e.Source]
 	if sq == nil {
 		sq = &sourceQueue{lanes: make(map[string]*lane), claimed: make(map[*lane]struct{})}
@@ -117,6 +150,9 @@ func (q *queue) claim(owner, source string, n int, lease time.Duration, now time
 		q.token++
 		it.claimed, it.token, it.until = true, q.token, now.Add(lease)
 		sq.claimed[l] = struct{}{}
+		if sq.leaseEnds.IsZero() || it.until.Before(sq.leaseEnds) {
+			sq.leaseEnds = it.until
+		}
 		c := forward.Claim{Entry: it.entry, Owner: owner, Token: it.token, Until: it.until, Newer: len(l.items) > 1}
 		if it.held {
 			c.Body = it.body
@@ -126,15 +162,25 @@ func (q *queue) claim(owner, source string, n int, lease time.Duration, now time
 		claims = append(claims, c)
 	}
 	// A lease that ended is claimable again, oldest entry first.
-	var expired []*lane
-	for l := range sq.claimed {
-		if h := l.items[0]; !h.until.After(now) && !h.settling {
-			expired = append(expired, l)
+	if !sq.leaseEnds.IsZero() && !now.Before(sq.leaseEnds) {
+		var expired []*lane
+		sq.leaseEnds = time.Time{}
+		for l := range sq.claimed {
+			h := l.items[0]
+			if !h.until.After(now) && !h.settling {
+				expired = append(expired, l)
+			} else if sq.leaseEnds.IsZero() || h.until.Before(sq.leaseEnds) {
+				sq.leaseEnds = h.until
+			}
 		}
-	}
-	slices.SortFunc(expired, func(a, b *lane) int { return compareSeq(a.items[0].entry.Seq, b.items[0].entry.Seq) })
-	for _, l := range expired[:min(n, len(expired))] {
-		take(l)
+		slices.SortFunc(expired, func(a, b *lane) int { return compareSeq(a.items[0].entry.Seq, b.items[0].entry.Seq) })
+		for i, l := range expired {
+			if i < n {
+				take(l)
+			} else if sq.leaseEnds.IsZero() || !sq.leaseEnds.Before(now) {
+				sq.leaseEnds = now // left for the next claim
+			}
+		}
 	}
 	for len(claims) < n && sq.ready.Len() > 0 && !sq.ready[0].due.After(now) {
 		take(heap.Pop(&sq.ready).(*lane))
@@ -173,12 +219,10 @@ func (q *queue) check(c *forward.Claim) (ok, lost bool) {
 	return false, true
 }
 
-// settle applies the committed effect of settling c, which passed check
+// settleLocked applies the committed effect of settling c, which passed check
 // when it was staged. A settle of c committed twice in one batch applies
 // once.
-func (q *queue) settle(c *forward.Claim, eff *forward.Effect) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+func (q *queue) settleLocked(c *forward.Claim, eff *forward.Effect) {
 	if q.wasSettled(c.Token) {
 		return
 	}

@@ -298,7 +298,7 @@ func (s *Store) commit(ops []*op) int {
 	defer txn.Discard()
 	s.latest.discard() // what a split batch staged before it was split
 	errs := make([]error, len(ops))
-	var hooks []func(*Store)
+	var changes []change // to the queue
 	now := s.Now()
 	for i, o := range ops {
 		t := &tx{txn: txn, now: now, seq: &s.nextSeq, latest: s.latest}
@@ -319,7 +319,7 @@ func (s *Store) commit(ops []*op) int {
 			o.done <- unavailable(err)
 			return 1
 		}
-		hooks = append(hooks, t.hooks...)
+		changes = append(changes, t.changes...)
 	}
 	commitErr := s.commitTxn(txn)
 	if commitErr != nil {
@@ -332,11 +332,11 @@ func (s *Store) commit(ops []*op) int {
 		s.latest.reset()
 	} else {
 		s.latest.committed()
-		for _, h := range hooks {
-			h(s)
-		}
+		// Before the ops are answered: a settled claim's lane moves on
+		// by the time Settle returns.
+		s.queue.apply(changes)
 		signal(s.committed)
-		if len(hooks) > 0 {
+		if len(changes) > 0 {
 			signal(s.notify)
 		}
 	}
@@ -410,16 +410,12 @@ type tx struct {
 	latest       *latestCache // the writer's; nil in read-only transactions
 	writes       []*badger.Entry
 	dels         [][]byte
-	hooks        []func(*Store) // run once the batch has committed, in op order
+	changes      []change // to the queue, once the batch has committed
 	latestWrites []latestWrite
 }
 
 // reader returns a read-only tx on txn.
 func (s *Store) reader(txn *badger.Txn) *tx { return &tx{txn: txn, now: s.Now()} }
-
-// onCommit runs h once the op's batch has committed: what the writer keeps
-// in memory follows what is on disk.
-func (t *tx) onCommit(h func(*Store)) { t.hooks = append(t.hooks, h) }
 
 type latestWrite struct {
 	key    string
