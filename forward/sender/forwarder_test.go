@@ -762,3 +762,26 @@ func TestAttemptLogLines(t *testing.T) {
 		t.Errorf("log lines %q, want %q", got, want)
 	}
 }
+
+// A source whose forward configuration was removed still has entries: they
+// are dead-lettered, not left in the outbox nor sent anywhere.
+func TestEntriesOfASourceWithoutARouteAreDeadLettered(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	accept(t, s, "retired", "req-1", "sub_1", 1)
+	accept(t, s, "retired", "req-2", "sub_1", 2)
+	down := newDownstream(t, nil)
+	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
+	eventually(t, "empty outbox", outboxEmpty(t, s))
+	dead, err := s.DeadLetters(ctx, "retired")
+	if err != nil || len(dead) != 2 {
+		t.Fatalf("dead letters = %+v, %v", dead, err)
+	}
+	for _, d := range dead {
+		if !strings.Contains(d.LastError, `source "retired" has no forward configuration`) || d.BodyLost {
+			t.Errorf("dead letter %+v", d)
+		}
+	}
+	if n := len(down.all()); n != 0 {
+		t.Errorf("downstream got %d requests", n)
+	}
+}
