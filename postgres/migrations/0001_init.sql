@@ -1,0 +1,109 @@
+-- Receipts: one per (source, request_id), the evidence of its decision. A
+-- row whose expires_at has passed is treated as absent, and the expiry job
+-- deletes it.
+CREATE TABLE webhookd_receipts (
+    source                     text        NOT NULL,
+    request_id                 text        NOT NULL,
+    resource                   text        NOT NULL,
+    version                    text        NOT NULL,
+    decision                   text        NOT NULL,
+    duplicate_decision         text        NOT NULL,
+    ordering_decision          text        NOT NULL,
+    latest_version_at_decision text        NOT NULL,
+    payload_sha256             text        NOT NULL,
+    first_seen                 timestamptz NOT NULL,
+    last_seen                  timestamptz NOT NULL,
+    attempts                   integer     NOT NULL,
+    deliveries                 jsonb       NOT NULL,
+    forward_state              text        NOT NULL,
+    forward_attempts           integer     NOT NULL DEFAULT 0,
+    forward_last_status        integer     NOT NULL DEFAULT 0,
+    forward_last_error         text        NOT NULL DEFAULT '',
+    forward_next_attempt_at    timestamptz,
+    forward_delivered_at       timestamptz,
+    -- The lease token of the claim whose settle wrote the forward status,
+    -- so that settling that claim again is known to be a repeat.
+    forward_token              bigint,
+    expires_at                 timestamptz NOT NULL,
+    PRIMARY KEY (source, request_id)
+);
+CREATE INDEX webhookd_receipts_expires_at ON webhookd_receipts (expires_at);
+
+-- Latest accepted version of each resource; never expires. ord is the
+-- version's unsigned 64-bit order with its top bit flipped, so that bigint
+-- order is the unsigned order.
+CREATE TABLE webhookd_latest (
+    source     text        NOT NULL,
+    resource   text        NOT NULL,
+    version    text        NOT NULL,
+    ord        bigint      NOT NULL,
+    request_id text        NOT NULL,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (source, resource)
+);
+
+-- The entry of each accepted delivery of a forwarding source, with its
+-- body, for forwarding and redelivery. A payload belongs to the receipt
+-- first seen at created_at.
+CREATE TABLE webhookd_payloads (
+    source       text        NOT NULL,
+    request_id   text        NOT NULL,
+    resource     text        NOT NULL,
+    version      text        NOT NULL,
+    content_type text        NOT NULL,
+    headers      jsonb       NOT NULL,
+    created_at   timestamptz NOT NULL,
+    body         bytea       NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    PRIMARY KEY (source, request_id)
+);
+CREATE INDEX webhookd_payloads_expires_at ON webhookd_payloads (expires_at);
+
+-- Outbox: entries waiting to be forwarded. Entries of one (source,
+-- resource) are a lane in seq order; an entry without a resource ('') is a
+-- lane of its own. A claim sets the lease columns; lease_token stays after
+-- a settle that reschedules, so that settling that claim again is known to
+-- be a repeat.
+CREATE TABLE webhookd_outbox (
+    seq             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    source          text        NOT NULL,
+    request_id      text        NOT NULL,
+    resource        text        NOT NULL,
+    version         text        NOT NULL,
+    content_type    text        NOT NULL,
+    headers         jsonb       NOT NULL,
+    created_at      timestamptz NOT NULL,
+    attempts        integer     NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL,
+    last_status     integer     NOT NULL DEFAULT 0,
+    last_error      text        NOT NULL DEFAULT '',
+    lease_owner     text,
+    lease_token     bigint,
+    lease_until     timestamptz
+);
+CREATE INDEX webhookd_outbox_due ON webhookd_outbox (source, next_attempt_at, seq);
+CREATE INDEX webhookd_outbox_lane ON webhookd_outbox (source, resource, seq);
+
+CREATE SEQUENCE webhookd_lease_tokens;
+
+-- Dead letters: entries that will not be forwarded again unless retried,
+-- with their own copy of the body (NULL when it expired before it could be
+-- sent).
+CREATE TABLE webhookd_dead_letters (
+    source          text        NOT NULL,
+    request_id      text        NOT NULL,
+    resource        text        NOT NULL,
+    version         text        NOT NULL,
+    content_type    text        NOT NULL,
+    headers         jsonb       NOT NULL,
+    created_at      timestamptz NOT NULL,
+    attempts        integer     NOT NULL,
+    next_attempt_at timestamptz NOT NULL,
+    last_status     integer     NOT NULL,
+    last_error      text        NOT NULL,
+    dead_at         timestamptz NOT NULL,
+    body            bytea,
+    -- The lease token of the claim that buried it, as in webhookd_receipts.
+    token           bigint,
+    PRIMARY KEY (source, request_id)
+);

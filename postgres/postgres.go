@@ -1,0 +1,272 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/webhookd/webhookd"
+)
+
+// Defaults for Store's fields.
+const (
+	DefaultPoolSize         = 8
+	DefaultStatementTimeout = 5 * time.Second
+	DefaultReceiptTTL       = 168 * time.Hour
+	DefaultMaxBatch         = 512
+	DefaultPollInterval     = 100 * time.Millisecond
+	DefaultExpiryInterval   = time.Minute
+	DefaultExpiryBatch      = 1000
+	DefaultHealthInterval   = time.Second
+)
+
+// ErrClosed is returned for operations submitted after Close.
+var ErrClosed = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "store is closed"}
+
+// Store is the PostgreSQL-backed receipt, version and outbox store. Any
+// number of Stores, in any number of processes, may share one database.
+type Store struct {
+	DSN              string
+	PoolSize         int
+	StatementTimeout time.Duration
+	ReceiptTTL       time.Duration
+	MaxBatch         int
+	// PollInterval is how often Notify fires without a local commit, so
+	// that the forwarder finds entries other replicas accepted or whose
+	// lease ended.
+	PollInterval   time.Duration
+	ExpiryInterval time.Duration // how often expired receipts and payloads are deleted
+	ExpiryBatch    int           // rows deleted per statement
+	HealthInterval time.Duration // how often an idle store checks the database answers
+	Logger         *zap.Logger
+	// Now is the store's clock: what has expired, what is due, when a lease
+	// ends. Replicas compare leases by their own clocks, which must agree
+	// to well within a lease.
+	Now func() time.Time
+
+	pool      *pgxpool.Pool
+	decisions chan *decideOp
+	settles   chan *settleOp
+	notify    chan struct{}
+	health    atomic.Pointer[webhookd.Error] // nil while the database answers
+	mu        sync.RWMutex                   // guards closed against submitters racing Close
+	closed    bool
+	closing   chan struct{}
+	wg        sync.WaitGroup
+	never     chan struct{} // Failed's: this store does not stop on a failed write
+}
+
+// New returns a store for the database at dsn with default settings.
+// Change the fields before Open.
+func New(dsn string) *Store {
+	return &Store{
+		DSN:              dsn,
+		PoolSize:         DefaultPoolSize,
+		StatementTimeout: DefaultStatementTimeout,
+		ReceiptTTL:       DefaultReceiptTTL,
+		MaxBatch:         DefaultMaxBatch,
+		PollInterval:     DefaultPollInterval,
+		ExpiryInterval:   DefaultExpiryInterval,
+		ExpiryBatch:      DefaultExpiryBatch,
+		HealthInterval:   DefaultHealthInterval,
+		Logger:           zap.NewNop(),
+		Now:              time.Now,
+		notify:           make(chan struct{}, 1),
+		closing:          make(chan struct{}),
+		never:            make(chan struct{}),
+	}
+}
+
+// Open connects, brings the schema up to date and starts the writers and
+// the expiry job. Its errors name storage.dsn when the database cannot be
+// reached or refuses webhookd.
+func (s *Store) Open(ctx context.Context) error {
+	cfg, err := pgxpool.ParseConfig(s.DSN)
+	if err != nil {
+		// pgx's message names the part it could not parse, not the password.
+		return &webhookd.Error{Code: webhookd.EINVALID, Field: "storage.dsn", Message: "not a PostgreSQL connection string", Err: err}
+	}
+	cfg.MaxConns = int32(s.PoolSize)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	if _, ok := params["application_name"]; !ok {
+		params["application_name"] = "webhookd"
+	}
+	params["statement_timeout"] = strconv.FormatInt(s.StatementTimeout.Milliseconds(), 10)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return &webhookd.Error{Code: webhookd.EINVALID, Field: "storage.dsn", Message: "not a usable PostgreSQL connection string", Err: err}
+	}
+	target := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Field: "storage.dsn", Message: "cannot connect to PostgreSQL at " + target, Err: err}
+	}
+	ms, err := loadMigrations(migrations)
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	if err := migrate(ctx, pool, ms); err != nil {
+		pool.Close()
+		return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Field: "storage.dsn", Message: "migrate the schema of " + target, Err: err}
+	}
+	s.pool = pool
+	s.decisions = make(chan *decideOp, s.MaxBatch)
+	s.settles = make(chan *settleOp, s.MaxBatch)
+	s.wg.Add(5)
+	go s.decideLoop()
+	go s.settleLoop()
+	go s.expireLoop()
+	go s.checkHealth()
+	go s.poll()
+	s.Logger.Info("postgres store open", zap.String("database", target), zap.Int("schema_version", len(ms)))
+	return nil
+}
+
+// Close stops taking operations, applies those already submitted, stops
+// the goroutines and closes the pool.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed || s.pool == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.closing)
+	s.wg.Wait()
+	s.pool.Close()
+	return nil
+}
+
+// Ready reports whether the store takes operations: it is open and the
+// database answered lately.
+func (s *Store) Ready() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.pool == nil {
+		return ErrClosed
+	}
+	if err := s.health.Load(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Failed is never closed: a failed write leaves nothing behind in this
+// process, since the database is what every read asks, so the store goes
+// on and answers 503 until the database is back.
+func (s *Store) Failed() <-chan struct{} { return s.never }
+
+// Notify is signalled after this store committed outbox entries or
+// settled one, and every PollInterval besides, for what other replicas
+// did.
+func (s *Store) Notify() <-chan struct{} { return s.notify }
+
+func (s *Store) poll() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+			signal(s.notify)
+		}
+	}
+}
+
+// checkHealth pings the database every HealthInterval, so that Ready
+// follows it while no request comes.
+func (s *Store) checkHealth() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), s.HealthInterval)
+			s.observe(s.pool.Ping(ctx))
+			cancel()
+		}
+	}
+}
+
+// observe records whether the database answered.
+func (s *Store) observe(err error) {
+	if err == nil {
+		if s.health.Swap(nil) != nil {
+			s.Logger.Info("database answers again")
+		}
+		return
+	}
+	if !unreachable(err) {
+		return
+	}
+	e := &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "database unavailable", Err: err}
+	if s.health.Swap(e) == nil {
+		s.Logger.Error("database unavailable; answering 503 until it is back", zap.Error(err))
+	}
+}
+
+// unreachable says whether err means the database could not be asked, as
+// opposed to refusing one statement.
+func unreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08: connection exception; 57P: operator intervention
+		// (shutdown, restart); 53: insufficient resources.
+		c := pgErr.Code
+		return c[:2] == "08" || c[:3] == "57P" || c[:2] == "53"
+	}
+	return true
+}
+
+// submit hands an operation to a writer, unless the store is closed.
+func submit[T any](s *Store, ch chan T, o T) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.pool == nil {
+		return ErrClosed
+	}
+	ch <- o
+	return nil
+}
+
+// signal wakes the goroutine waiting on c, unless a signal already waits.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// background is the context of the store's own statements, which serve
+// many callers at once: each is bounded by the statement timeout.
+func (s *Store) background() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 2*s.StatementTimeout+5*time.Second)
+}
+
+// unavailable classifies a database error for the caller: webhookd.Errors
+// pass through, anything else answers 503.
+func unavailable(err error) error {
+	var e *webhookd.Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "storage unavailable", Err: err}
+}

@@ -1,0 +1,215 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/webhookd/webhookd/forward"
+)
+
+// Claim hands owner up to n of source's due lane heads, each for lease
+// (forward.Queue). The lease is a row's lease columns: any replica's
+// claim honours it, and once it ends any replica may claim the entry.
+func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
+	if err := s.Ready(); err != nil {
+		return nil, err
+	}
+	now := s.Now().Truncate(time.Microsecond)
+	until := now.Add(lease)
+	rows, err := s.pool.Query(ctx, claim, source, now, n, owner, until)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
+	}
+	defer rows.Close()
+	var claims []forward.Claim
+	for rows.Next() {
+		c := forward.Claim{Owner: owner, Until: until}
+		var token int64
+		var body []byte
+		if c.Entry, err = scanEntry(rows, &token, &body, &c.Newer); err != nil {
+			return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
+		}
+		c.Token, c.Body = uint64(token), body
+		claims = append(claims, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
+	}
+	// The statement returns rows in no particular order.
+	slices.SortFunc(claims, func(a, b forward.Claim) int {
+		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), cmp.Compare(a.Seq, b.Seq))
+	})
+	return claims, nil
+}
+
+// Pending returns how many entries wait to be forwarded, by source.
+func (s *Store) Pending(ctx context.Context) (map[string]int, error) {
+	return s.counts(ctx, pending)
+}
+
+// DeadLetterCounts returns how many dead letters each source has.
+func (s *Store) DeadLetterCounts() (map[string]int, error) {
+	ctx, cancel := s.background()
+	defer cancel()
+	return s.counts(ctx, countDeadLetters)
+}
+
+func (s *Store) counts(ctx context.Context, sql string) (map[string]int, error) {
+	if err := s.Ready(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, sql)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	counts := make(map[string]int)
+	var source string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&source, &n}, func() error {
+		counts[source] = n
+		return nil
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return counts, nil
+}
+
+// settleOp is one Settle waiting for the settle writer.
+type settleOp struct {
+	c    forward.Claim
+	r    forward.Result
+	done chan error
+}
+
+// Settle records what became of the claimed entry (forward.Queue): the
+// entry is removed (delivered, superseded), rescheduled (retrying) or moved
+// to the dead letters with the body the claim carried (dead), and the
+// receipt's forward status says so, in one transaction, if the claim's
+// token is still the entry's. Settles group-commit as decisions do.
+func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) error {
+	o := &settleOp{c: c, r: r, done: make(chan error, 1)}
+	err := submit(s, s.settles, o)
+	if err == nil {
+		err = <-o.done
+	}
+	if err != nil {
+		return fmt.Errorf("settle %s/%s: %w", c.Source, c.RequestID, err)
+	}
+	return nil
+}
+
+func (s *Store) settleLoop() {
+	defer s.wg.Done()
+	batch := make([]*settleOp, 0, s.MaxBatch)
+	for {
+		select {
+		case o := <-s.settles:
+			batch = drain(s.settles, append(batch[:0], o), s.MaxBatch)
+			s.settleBatch(batch)
+		case <-s.closing:
+			for len(s.settles) > 0 {
+				s.settleBatch(drain(s.settles, batch[:0], s.MaxBatch))
+			}
+			return
+		}
+	}
+}
+
+// settleBatch settles ops in one transaction, in the order of their
+// receipts' keys, the order every transaction locks receipts in.
+func (s *Store) settleBatch(ops []*settleOp) {
+	slices.SortStableFunc(ops, func(a, b *settleOp) int {
+		return cmp.Or(cmp.Compare(a.c.Source, b.c.Source), cmp.Compare(a.c.RequestID, b.c.RequestID))
+	})
+	missed, err := s.trySettle(ops)
+	s.observe(err)
+	if err != nil {
+		s.Logger.Error("settle batch", zap.Int("ops", len(ops)), zap.Error(err))
+		err = unavailable(err)
+	} else {
+		signal(s.notify)
+	}
+	for i, o := range ops {
+		switch {
+		case err != nil:
+			o.done <- err
+		case missed[i]:
+			o.done <- s.repeated(&o.c)
+		default:
+			o.done <- nil
+		}
+	}
+}
+
+// trySettle writes ops; missed[i] says ops[i]'s claim no longer held its
+// entry.
+func (s *Store) trySettle(ops []*settleOp) (missed []bool, err error) {
+	ctx, cancel := s.background()
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, o := range ops {
+		sql, args, err := settleStatement(&o.c, o.r)
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(sql, args...)
+	}
+	missed = make([]bool, len(ops))
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res := tx.SendBatch(ctx, b)
+		defer res.Close()
+		for i := range ops {
+			var n int
+			if err := res.QueryRow().Scan(&n); err != nil {
+				return err
+			}
+			missed[i] = n == 0
+		}
+		return res.Close()
+	})
+	return missed, err
+}
+
+// settleStatement is the statement that applies r to c's entry.
+func settleStatement(c *forward.Claim, r forward.Result) (string, []any, error) {
+	eff := forward.Apply(c.Entry, r)
+	st := eff.Status
+	args := []any{int64(c.Seq), int64(c.Token), c.Source, c.RequestID, c.CreatedAt,
+		string(st.State), st.Attempts, st.LastStatus, st.LastError, st.NextAttemptAt, st.DeliveredAt}
+	switch eff.Move {
+	case forward.Reschedule:
+		return settleReschedule, append(args, eff.Entry.NextAttemptAt), nil
+	case forward.Bury:
+		e := &eff.Entry
+		headers, err := json.Marshal(e.Headers)
+		if err != nil {
+			return "", nil, err
+		}
+		return settleBury, append(args, *e.DeadAt, e.Resource, e.Version, e.ContentType, headers, e.Body, e.NextAttemptAt), nil
+	}
+	return settleRemove, args, nil
+}
+
+// repeated answers a Settle whose claim no longer held its entry: nil when
+// that claim was settled already, forward.ErrLeaseLost when another claim
+// took the entry.
+func (s *Store) repeated(c *forward.Claim) error {
+	ctx, cancel := s.background()
+	defer cancel()
+	var done bool
+	if err := s.pool.QueryRow(ctx, settled, int64(c.Seq), int64(c.Token), c.Source, c.RequestID).Scan(&done); err != nil {
+		return unavailable(err)
+	}
+	if !done {
+		return forward.ErrLeaseLost
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package postgres
+
+// Every statement is a constant with parameters. Times come from the
+// store's clock ($now), never from the database's, so that every replica
+// and test decides expiry and leases by the one clock it is given.
+
+const receiptColumns = `source, request_id, resource, version, decision, duplicate_decision, ordering_decision,
+	latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries,
+	forward_state, forward_attempts, forward_last_status, forward_last_error, forward_next_attempt_at, forward_delivered_at`
+
+// Decisions.
+const (
+	// readReceipts: $1 sources, $2 request IDs, $3 now.
+	readReceipts = `SELECT ` + receiptColumns + ` FROM webhookd_receipts
+	JOIN unnest($1::text[], $2::text[]) AS k(s, id) ON source = k.s AND request_id = k.id
+	WHERE expires_at > $3`
+
+	// readLatest reads, for each delivery, the latest version of the
+	// resource its held receipt names, or else the resource it names ($3,
+	// '' when unversioned): dedupe.LatestFor.
+	readLatest = `SELECT DISTINCT l.source, l.resource, l.version, l.ord, l.request_id, l.updated_at
+	FROM unnest($1::text[], $2::text[], $3::text[]) AS k(s, id, resource)
+	LEFT JOIN webhookd_receipts r ON r.source = k.s AND r.request_id = k.id AND r.expires_at > $4
+	JOIN webhookd_latest l ON l.source = k.s AND l.resource = COALESCE(r.resource, k.resource)`
+
+	// insertReceipt writes a new receipt, over an expired one ($16: now)
+	// but never over a live one: that affects no row, and the batch is
+	// planned again.
+	insertReceipt = `INSERT INTO webhookd_receipts (source, request_id, resource, version, decision, duplicate_decision,
+		ordering_decision, latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries,
+		forward_state, expires_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+	ON CONFLICT (source, request_id) DO UPDATE SET
+		resource = excluded.resource, version = excluded.version, decision = excluded.decision,
+		duplicate_decision = excluded.duplicate_decision, ordering_decision = excluded.ordering_decision,
+		latest_version_at_decision = excluded.latest_version_at_decision, payload_sha256 = excluded.payload_sha256,
+		first_seen = excluded.first_seen, last_seen = excluded.last_seen, attempts = excluded.attempts,
+		deliveries = excluded.deliveries, forward_state = excluded.forward_state, forward_attempts = 0,
+		forward_last_status = 0, forward_last_error = '', forward_next_attempt_at = NULL,
+		forward_delivered_at = NULL, forward_token = NULL, expires_at = excluded.expires_at
+	WHERE webhookd_receipts.expires_at <= $16`
+
+	// updateReceipt records one more delivery of a held receipt, if its
+	// attempts are still $4: otherwise another delivery came in between.
+	// The forward status is Settle's and is left alone.
+	updateReceipt = `UPDATE webhookd_receipts SET attempts = $5, last_seen = $6, deliveries = $7, expires_at = $8
+	WHERE source = $1 AND request_id = $2 AND first_seen = $3 AND attempts = $4`
+
+	// upsertLatest moves the latest version forward only: to a newer order
+	// than the current, and only from the one the plan read ($7, NULL when
+	// it read none).
+	upsertLatest = `INSERT INTO webhookd_latest (source, resource, version, ord, request_id, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (source, resource) DO UPDATE SET
+		version = excluded.version, ord = excluded.ord, request_id = excluded.request_id, updated_at = excluded.updated_at
+	WHERE webhookd_latest.ord < excluded.ord AND webhookd_latest.ord = $7`
+
+	insertOutbox = `INSERT INTO webhookd_outbox (source, request_id, resource, version, content_type, headers, created_at,
+		next_attempt_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+
+	// upsertPayload replaces what an earlier receipt of the request ID
+	// left: an entry that outlived that receipt finds created_at changed
+	// and takes no body.
+	upsertPayload = `INSERT INTO webhookd_payloads (source, request_id, resource, version, content_type, headers,
+		created_at, body, expires_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+	ON CONFLICT (source, request_id) DO UPDATE SET
+		resource = excluded.resource, version = excluded.version, content_type = excluded.content_type,
+		headers = excluded.headers, created_at = excluded.created_at, body = excluded.body,
+		expires_at = excluded.expires_at`
+)
+
+const entryColumns = `source, request_id, resource, version, content_type, headers, created_at, attempts,
+	next_attempt_at, last_status, last_error`
+
+// The queue.
+const (
+	// claim leases source's due lane heads: entries with no entry before
+	// them in their lane (an entry without a resource is alone in its
+	// own), not leased or whose lease ended. SKIP LOCKED passes over rows
+	// another claim or settle holds right now. $1 source, $2 now, $3 n,
+	// $4 owner, $5 lease end.
+	claim = `WITH heads AS (
+		SELECT o.seq FROM webhookd_outbox o
+		WHERE o.source = $1 AND o.next_attempt_at <= $2 AND (o.lease_until IS NULL OR o.lease_until <= $2)
+		AND (o.resource = '' OR NOT EXISTS (
+			SELECT 1 FROM webhookd_outbox p WHERE p.source = o.source AND p.resource = o.resource AND p.seq < o.seq))
+		ORDER BY o.next_attempt_at, o.seq
+		LIMIT $3
+		FOR UPDATE OF o SKIP LOCKED
+	)
+	UPDATE webhookd_outbox o SET lease_owner = $4, lease_token = nextval('webhookd_lease_tokens'), lease_until = $5
+	FROM heads WHERE o.seq = heads.seq
+	RETURNING o.seq, o.source, o.request_id, o.resource, o.version, o.content_type, o.headers,
+		o.created_at, o.attempts, o.next_attempt_at, o.last_status, o.last_error, o.lease_token,
+		(SELECT p.body FROM webhookd_payloads p WHERE p.source = o.source AND p.request_id = o.request_id
+			AND p.created_at = o.created_at AND p.expires_at > $2),
+		o.resource <> '' AND EXISTS (SELECT 1 FROM webhookd_outbox n
+			WHERE n.source = o.source AND n.resource = o.resource AND n.seq > o.seq)`
+
+	// pending counts the outbox by source.
+	pending = `SELECT source, count(*) FROM webhookd_outbox GROUP BY source`
+
+	// settleRemove deletes a delivered or superseded entry if the claim
+	// ($2 token) still holds it, and then records its forward status.
+	// $1 seq, $3 source, $4 request ID, $5 created_at, then the status.
+	settleRemove = `WITH settled AS (
+		DELETE FROM webhookd_outbox WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
+	), status AS (
+		UPDATE webhookd_receipts SET forward_state = $6, forward_attempts = $7, forward_last_status = $8,
+			forward_last_error = $9, forward_next_attempt_at = $10, forward_delivered_at = $11, forward_token = $2
+		WHERE source = $3 AND request_id = $4 AND first_seen = $5 AND EXISTS (SELECT 1 FROM settled)
+	)
+	SELECT count(*) FROM settled`
+
+	// settleReschedule keeps the entry, due at its next attempt, and ends
+	// the lease; the token stays, so that settling the claim again is
+	// known for a repeat.
+	settleReschedule = `WITH settled AS (
+		UPDATE webhookd_outbox SET attempts = $7, next_attempt_at = $12, last_status = $8, last_error = $9,
+			lease_owner = NULL, lease_until = NULL
+		WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
+	), status AS (
+		UPDATE webhookd_receipts SET forward_state = $6, forward_attempts = $7, forward_last_status = $8,
+			forward_last_error = $9, forward_next_attempt_at = $10, forward_delivered_at = $11, forward_token = $2
+		WHERE source = $3 AND request_id = $4 AND first_seen = $5 AND EXISTS (SELECT 1 FROM settled)
+	)
+	SELECT count(*) FROM settled`
+
+	// settleBury moves the entry to the dead letters, with the body the
+	// claim carried ($17, NULL when its payload had expired). $12 dead_at,
+	// $13-$16 and $18 the rest of the entry.
+	settleBury = `WITH settled AS (
+		DELETE FROM webhookd_outbox WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
+	), status AS (
+		UPDATE webhookd_receipts SET forward_state = $6, forward_attempts = $7, forward_last_status = $8,
+			forward_last_error = $9, forward_next_attempt_at = $10, forward_delivered_at = $11, forward_token = $2
+		WHERE source = $3 AND request_id = $4 AND first_seen = $5 AND EXISTS (SELECT 1 FROM settled)
+	), dead AS (
+		INSERT INTO webhookd_dead_letters (source, request_id, resource, version, content_type, headers, created_at,
+			attempts, next_attempt_at, last_status, last_error, dead_at, body, token)
+		SELECT $3, $4, $13, $14, $15, $16, $5, $7, $18, $8, $9, $12, $17, $2 FROM settled
+		ON CONFLICT (source, request_id) DO UPDATE SET
+			resource = excluded.resource, version = excluded.version, content_type = excluded.content_type,
+			headers = excluded.headers, created_at = excluded.created_at, attempts = excluded.attempts,
+			next_attempt_at = excluded.next_attempt_at, last_status = excluded.last_status,
+			last_error = excluded.last_error, dead_at = excluded.dead_at, body = excluded.body, token = excluded.token
+	)
+	SELECT count(*) FROM settled`
+
+	// settled says whether the claim with token $2 on entry $1 was
+	// settled already: the entry was rescheduled and still carries the
+	// token, or its receipt or dead letter was written by it.
+	settled = `SELECT EXISTS (SELECT 1 FROM webhookd_outbox WHERE seq = $1 AND lease_token = $2 AND lease_until IS NULL)
+		OR EXISTS (SELECT 1 FROM webhookd_receipts WHERE source = $3 AND request_id = $4 AND forward_token = $2)
+		OR EXISTS (SELECT 1 FROM webhookd_dead_letters WHERE source = $3 AND request_id = $4 AND token = $2)`
+)
+
+// Reads and repairs for the admin API.
+const (
+	readReceipt = `SELECT ` + receiptColumns + ` FROM webhookd_receipts
+	WHERE source = $1 AND request_id = $2 AND expires_at > $3`
+
+	readOneLatest = `SELECT source, resource, version, ord, request_id, updated_at FROM webhookd_latest
+	WHERE source = $1 AND resource = $2`
+
+	// lockLatest is readOneLatest holding the row until commit, so that a
+	// decision accepting a newer version waits for the requeue before it,
+	// and the outbox keeps the lane's version order.
+	lockLatest = readOneLatest + ` FOR SHARE`
+
+	// lockReceipt is readReceipt holding the row until commit.
+	lockReceipt = readReceipt + ` FOR UPDATE`
+
+	listOutbox = `SELECT seq, ` + entryColumns + ` FROM webhookd_outbox
+	WHERE $1 = '' OR source = $1 ORDER BY seq`
+
+	listDeadLetters = `SELECT 0, ` + entryColumns + `, dead_at, body IS NULL FROM webhookd_dead_letters
+	WHERE $1 = '' OR source = $1 ORDER BY source, request_id`
+
+	countDeadLetters = `SELECT source, count(*) FROM webhookd_dead_letters GROUP BY source`
+
+	// lockDeadLetter reads a dead letter with its body, holding the row.
+	lockDeadLetter = `SELECT 0, ` + entryColumns + `, dead_at, body FROM webhookd_dead_letters
+	WHERE source = $1 AND request_id = $2 FOR UPDATE`
+
+	deleteDeadLetter = `DELETE FROM webhookd_dead_letters WHERE source = $1 AND request_id = $2`
+
+	// lockPayload reads a payload held for the receipt first seen at $3.
+	lockPayload = `SELECT 0, source, request_id, resource, version, content_type, headers, created_at, 0,
+		created_at, 0, '', body FROM webhookd_payloads
+	WHERE source = $1 AND request_id = $2 AND created_at = $3 AND expires_at > $4 FOR UPDATE`
+
+	// setForward writes a receipt's forward status outside a settle.
+	setForward = `UPDATE webhookd_receipts SET forward_state = $4, forward_attempts = $5, forward_last_status = $6,
+		forward_last_error = $7, forward_next_attempt_at = $8, forward_delivered_at = $9, forward_token = NULL
+	WHERE source = $1 AND request_id = $2 AND first_seen = $3`
+)
+
+// Expiry: bounded batches, skipping rows a transaction holds right now.
+const (
+	expireReceipts = `DELETE FROM webhookd_receipts WHERE (source, request_id) IN (
+		SELECT source, request_id FROM webhookd_receipts WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	expirePayloads = `DELETE FROM webhookd_payloads WHERE (source, request_id) IN (
+		SELECT source, request_id FROM webhookd_payloads WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+)
