@@ -199,7 +199,7 @@ func (s *Store) repair(ctx context.Context, fn func(tx pgx.Tx, now time.Time) er
 		return err
 	}
 	now := s.Now().Truncate(time.Microsecond)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(tx, now) })
+	err := s.inTx(ctx, func(tx pgx.Tx) error { return fn(tx, now) })
 	if err != nil {
 		return unavailable(err)
 	}

@@ -163,11 +163,11 @@ func (s *Store) tryDecide(ops []*decideOp) error {
 	ctx, cancel := s.background()
 	defer cancel()
 	now := s.Now()
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
+	return s.inTx(ctx, func(tx pgx.Tx) error { return s.planBatch(ctx, tx, ops, now) })
+}
+
+// planBatch is tryDecide's transaction.
+func (s *Store) planBatch(ctx context.Context, tx pgx.Tx, ops []*decideOp, now time.Time) error {
 	receipts, latest, err := s.readBatch(ctx, tx, ops, now)
 	if err != nil {
 		return err
@@ -205,7 +205,7 @@ func (s *Store) tryDecide(ops []*decideOp) error {
 			}
 		}
 	}
-	return w.commit(ctx, tx)
+	return w.send(ctx, tx)
 }
 
 // readBatch reads, in one round trip, the receipt of each operation's
@@ -316,9 +316,9 @@ func (w *writes) enqueue(e *forward.Entry, expiresAt time.Time) error {
 	return nil
 }
 
-// commit sends the statements in one round trip and commits when each
-// affected the rows its plan needs.
-func (w *writes) commit(ctx context.Context, tx pgx.Tx) error {
+// send sends the statements in one round trip, and fails with errConflict
+// unless each affected the rows its plan needs.
+func (w *writes) send(ctx context.Context, tx pgx.Tx) error {
 	byKey := func(a, b stmt) int {
 		return cmp.Or(cmp.Compare(a.key.source, b.key.source), cmp.Compare(a.key.id, b.key.id))
 	}
@@ -328,9 +328,6 @@ func (w *writes) commit(ctx context.Context, tx pgx.Tx) error {
 	slices.SortStableFunc(w.latest, byKey)
 	slices.SortStableFunc(w.payloads, byKey)
 	all := slices.Concat(w.receipts, w.latest, w.outbox, w.payloads)
-	if len(all) == 0 {
-		return tx.Commit(ctx)
-	}
 	b := &pgx.Batch{}
 	for _, st := range all {
 		b.Queue(st.sql, st.args...)
@@ -353,7 +350,7 @@ func (w *writes) commit(ctx context.Context, tx pgx.Tx) error {
 	if conflict {
 		return errConflict
 	}
-	return tx.Commit(ctx)
+	return nil
 }
 
 // ord maps a version's unsigned order onto bigint with the order kept.

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -62,6 +63,8 @@ type Store struct {
 	closing   chan struct{}
 	wg        sync.WaitGroup
 	never     chan struct{} // Failed's: this store does not stop on a failed write
+
+	commit func(context.Context, pgx.Tx) error // Tx.Commit; tests make it fail as a lost database does
 }
 
 // New returns a store for the database at dsn with default settings.
@@ -82,7 +85,21 @@ func New(dsn string) *Store {
 		notify:           make(chan struct{}, 1),
 		closing:          make(chan struct{}),
 		never:            make(chan struct{}),
+		commit:           func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 	}
+}
+
+// inTx runs fn in a transaction and commits it.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return s.commit(ctx, tx)
 }
 
 // Open connects, brings the schema up to date and starts the writers and

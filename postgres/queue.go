@@ -163,7 +163,7 @@ func (s *Store) trySettle(ops []*settleOp) (missed []bool, err error) {
 		b.Queue(sql, args...)
 	}
 	missed = make([]bool, len(ops))
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		res := tx.SendBatch(ctx, b)
 		defer res.Close()
 		for i := range ops {
