@@ -1,0 +1,338 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/store/storetest"
+)
+
+var ctx = context.Background()
+
+// replicas opens n stores on one schema, as n webhookd processes on one
+// database.
+func replicas(t *testing.T, n int) []*Store {
+	t.Helper()
+	dir := t.TempDir()
+	stores := make([]*Store, n)
+	for i := range stores {
+		stores[i] = openTest(t, storetest.Config{Dir: dir})
+	}
+	return stores
+}
+
+func delivery(id, resource string, version uint64, body string) webhookd.Delivery {
+	d := webhookd.Delivery{Source: "billing", RequestID: id, DeliveryID: "d-" + id, Resource: resource,
+		Fingerprint: "sha-" + body, ReceivedAt: time.Now(), Forward: true, Body: []byte(body)}
+	if version > 0 {
+		d.Version, d.VersionOrder = strconv.FormatUint(version, 10), version
+	}
+	return d
+}
+
+// TestReplicasAcceptOnce sends one request ID to three replicas at once:
+// their batches race on the same row, and exactly one delivery is accepted.
+func TestReplicasAcceptOnce(t *testing.T) {
+	stores := replicas(t, 3)
+	var accepted, duplicate atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 150 {
+		wg.Go(func() {
+			d := delivery("req-1", "", 0, "same")
+			d.DeliveryID = fmt.Sprint("d-", i)
+			out, err := stores[i%3].Decide(ctx, d)
+			switch {
+			case err != nil:
+				t.Error(err)
+			case out.Decision == webhookd.Accepted:
+				accepted.Add(1)
+			case out.Decision == webhookd.Duplicate:
+				duplicate.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if accepted.Load() != 1 || duplicate.Load() != 149 {
+		t.Errorf("accepted %d, duplicate %d; want 1 and 149", accepted.Load(), duplicate.Load())
+	}
+	r, err := stores[0].Receipt(ctx, "billing", "req-1")
+	if err != nil || r.Attempts != 150 {
+		t.Errorf("receipt %+v, %v; want 150 deliveries counted", r, err)
+	}
+	if entries, _ := stores[1].Outbox(ctx, ""); len(entries) != 1 {
+		t.Errorf("outbox holds %d entries, want 1", len(entries))
+	}
+}
+
+// TestReplicasNeverMoveBackwards sends versions of one resource to three
+// replicas at once: the latest ends at the highest, and the accepted ones
+// are the lane in version order.
+func TestReplicasNeverMoveBackwards(t *testing.T) {
+	stores := replicas(t, 3)
+	var wg sync.WaitGroup
+	for v := uint64(1); v <= 90; v++ {
+		wg.Go(func() {
+			if _, err := stores[v%3].Decide(ctx, delivery(fmt.Sprint("req-", v), "sub", v, fmt.Sprint(v))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	l, err := stores[2].Latest(ctx, "billing", "sub")
+	if err != nil || l.Order != 90 {
+		t.Fatalf("latest %+v, %v; want 90", l, err)
+	}
+	entries, _ := stores[0].Outbox(ctx, "billing")
+	last := uint64(0)
+	for _, e := range entries {
+		v, _ := strconv.ParseUint(e.Version, 10, 64)
+		if v <= last {
+			t.Errorf("outbox has version %d after %d", v, last)
+		}
+		last = v
+	}
+}
+
+// TestVersionOrdersAcrossTheSignBit checks that unsigned orders above
+// 1<<63, which timestamps after 1970 have, order after those below.
+func TestVersionOrdersAcrossTheSignBit(t *testing.T) {
+	s := openTest(t, storetest.Config{Dir: t.TempDir()})
+	for i, v := range []uint64{1, 1 << 62, 1<<63 - 1, 1 << 63, 1<<63 + 1, math.MaxUint64 - 1} {
+		out, err := s.Decide(ctx, delivery(fmt.Sprint("up-", i), "sub", v, fmt.Sprint(i)))
+		if err != nil || out.Decision != webhookd.Accepted {
+			t.Fatalf("order %d: %+v, %v; want accepted", v, out, err)
+		}
+	}
+	out, err := s.Decide(ctx, delivery("down", "sub", 1<<63-1, "down"))
+	if err != nil || out.Decision != webhookd.Stale {
+		t.Errorf("order below the latest: %+v, %v; want stale", out, err)
+	}
+	if l, _ := s.Latest(ctx, "billing", "sub"); l.Order != math.MaxUint64-1 {
+		t.Errorf("latest order %d", l.Order)
+	}
+}
+
+// TestLeaseHoldsAcrossReplicas claims on one replica; the others get
+// nothing until the lease ends.
+func TestLeaseHoldsAcrossReplicas(t *testing.T) {
+	clock := storetest.NewClock()
+	dir := t.TempDir()
+	a := openTest(t, storetest.Config{Dir: dir, Now: clock.Now})
+	b := openTest(t, storetest.Config{Dir: dir, Now: clock.Now})
+	d := delivery("req-1", "sub", 1, "1")
+	d.ReceivedAt = clock.Now()
+	if _, err := a.Decide(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := a.Claim(ctx, "a", "billing", 5, time.Minute)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("a claimed %+v, %v", claims, err)
+	}
+	if got, err := b.Claim(ctx, "b", "billing", 5, time.Minute); err != nil || len(got) != 0 {
+		t.Fatalf("b claimed %+v, %v within a's lease", got, err)
+	}
+	clock.Advance(time.Minute)
+	got, err := b.Claim(ctx, "b", "billing", 5, time.Minute)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("after the lease, b claimed %+v, %v", got, err)
+	}
+	res := forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: clock.Now()}
+	if err := a.Settle(ctx, claims[0], res); !errors.Is(err, forward.ErrLeaseLost) {
+		t.Errorf("a settles after b took over: %v, want ErrLeaseLost", err)
+	}
+	if err := b.Settle(ctx, got[0], res); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplicasMigrateTogether opens replicas on an empty schema at once:
+// one migrates, the others wait for it and find the work done.
+func TestReplicasMigrateTogether(t *testing.T) {
+	dsn := schemaDSN(t, t.Name())
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			s := New(dsn)
+			s.Logger = zaptest.NewLogger(t)
+			if err := s.Open(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			s.Close()
+		})
+	}
+	wg.Wait()
+}
+
+// TestNewerSchemaRefused opens a database a newer webhookd migrated.
+func TestNewerSchemaRefused(t *testing.T) {
+	dsn := schemaDSN(t, t.Name())
+	s := New(dsn)
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE webhookd_schema SET version = version + 1`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	err := New(dsn).Open(ctx)
+	if !errors.Is(err, ErrSchemaNewer) || webhookd.ErrorField(err) != "storage.dsn" {
+		t.Errorf("Open on a newer schema: %v, want ErrSchemaNewer naming storage.dsn", err)
+	}
+}
+
+// TestUnreachableDatabase opens on a port where nothing listens, then
+// loses the database under an open store.
+func TestUnreachableDatabase(t *testing.T) {
+	err := New("postgres://postgres@127.0.0.1:1/test?connect_timeout=2").Open(ctx)
+	if webhookd.ErrorField(err) != "storage.dsn" || webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Errorf("Open on a closed port: %v, want unavailable naming storage.dsn", err)
+	}
+	err = New("postgres://postgres@127.0.0.1:5432/test?sslmode=bogus").Open(ctx)
+	if webhookd.ErrorField(err) != "storage.dsn" || webhookd.ErrorCode(err) != webhookd.EINVALID {
+		t.Errorf("Open on a malformed DSN: %v, want invalid naming storage.dsn", err)
+	}
+
+	// The store reaches the database through a proxy, which the test
+	// stops as a network failure or a database restart would.
+	target := pgHostPort(t)
+	p := startProxy(t, "127.0.0.1:0", target)
+	dsn := schemaDSN(t, t.Name())
+	s := New(strings.Replace(dsn, target, p.addr, 1))
+	s.Logger, s.HealthInterval = zaptest.NewLogger(t), 50*time.Millisecond
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Decide(ctx, delivery("req-1", "", 0, "x")); err != nil {
+		t.Fatal(err)
+	}
+	p.stop()
+	if _, err := s.Decide(ctx, delivery("req-2", "", 0, "x")); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Errorf("Decide without a database: %v, want unavailable", err)
+	}
+	if err := s.Ready(); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Errorf("Ready without a database: %v, want unavailable", err)
+	}
+	startProxy(t, p.addr, target)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ready() != nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.Ready(); err != nil {
+		t.Fatalf("Ready once the database is back: %v", err)
+	}
+	if out, err := s.Decide(ctx, delivery("req-2", "", 0, "x")); err != nil || out.Decision != webhookd.Accepted {
+		t.Errorf("Decide once the database is back: %+v, %v; want accepted, as nothing was written", out, err)
+	}
+}
+
+// pgHostPort is the host:port of the test database.
+func pgHostPort(t *testing.T) string {
+	cfg, err := pgx.ParseConfig(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+}
+
+type proxy struct {
+	addr  string
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+// startProxy relays connections on addr to target until stop.
+func startProxy(t *testing.T, addr, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{addr: ln.Addr().String(), ln: ln}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
+			go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
+		}
+	}()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proxy) stop() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// TestExpireDeletesInBatches expires more receipts than one statement
+// deletes.
+func TestExpireDeletesInBatches(t *testing.T) {
+	clock := storetest.NewClock()
+	s := openTest(t, storetest.Config{Dir: t.TempDir(), Now: clock.Now, ReceiptTTL: time.Hour})
+	s.ExpiryBatch = 7
+	for i := range 30 {
+		d := delivery(fmt.Sprint("req-", i), "", 0, "x")
+		d.ReceivedAt = clock.Now()
+		if _, err := s.Decide(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(table string) (n int) {
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := s.Expire(ctx); err != nil || count("webhookd_receipts") != 30 {
+		t.Fatalf("before the TTL: %v, %d receipts left", err, count("webhookd_receipts"))
+	}
+	clock.Advance(time.Hour)
+	if err := s.Expire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, p := count("webhookd_receipts"), count("webhookd_payloads"); r != 0 || p != 0 {
+		t.Errorf("after the TTL: %d receipts, %d payloads left", r, p)
+	}
+	if count("webhookd_outbox") != 30 {
+		t.Error("expiry deleted outbox entries")
+	}
+}
