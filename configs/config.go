@@ -36,7 +36,7 @@ func Example() []byte { return bytes.Clone(example) }
 // Config is webhookd's configuration.
 type Config struct {
 	Listen          string        `yaml:"listen" validate:"required,listen"`
-	DataDir         string        `yaml:"data_dir" validate:"required"` // the badger backend's directory
+	DataDir         string        `yaml:"data_dir"` // the badger backend's directory; ./data unless set
 	Storage         Storage       `yaml:"storage"`
 	ReceiptTTL      time.Duration `yaml:"receipt_ttl" validate:"gte=1s"`
 	MaxBody         int           `yaml:"max_body" validate:"gt=0"` // the storage backend checks it against what it can store
@@ -49,15 +49,71 @@ type Config struct {
 	Sources []Source `yaml:"sources" validate:"required,min=1,unique=Name,dive"`
 }
 
-// Storage chooses where receipts, versions and the outbox are kept, and
-// configures the store in data_dir.
+// Storage chooses where receipts, versions and the outbox are kept: in
+// Badger under data_dir, for one process, or in PostgreSQL, for any number
+// of replicas sharing one database.
 type Storage struct {
-	Backend string `yaml:"backend" validate:"oneof=badger"`
+	Backend string `yaml:"backend" validate:"oneof=badger postgres"`
 	// MinFree is the free space, in bytes, kept in data_dir for what Badger
 	// may still write: below it new decisions are refused with 503 until
 	// there is more, and webhookd does not start. 0 derives it from
 	// Badger's sizes (store.Reserve).
 	MinFree int64 `yaml:"min_free" validate:"gte=0"`
+	// DSN is the postgres backend's connection string, as a URL
+	// (postgres://user:password@host:5432/db) or key=value pairs.
+	DSN string `yaml:"dsn"`
+	// PoolSize is how many connections the postgres backend opens at most.
+	PoolSize int `yaml:"pool_size" validate:"gte=0,lte=1000"`
+	// StatementTimeout bounds every statement of the postgres backend.
+	StatementTimeout time.Duration `yaml:"statement_timeout" validate:"gte=0"`
+}
+
+// Storage backends.
+const (
+	Badger   = "badger"
+	Postgres = "postgres"
+)
+
+// setStorageDefaults fills the chosen backend's defaults: data_dir for
+// Badger, unless the file sets it (to an empty value, when a ${NAME} is
+// unset: that is an error, not ./data), the pool and the statement timeout
+// for PostgreSQL.
+func (c *Config) setStorageDefaults(dataDirSet bool) {
+	switch c.Storage.Backend {
+	case Badger:
+		if !dataDirSet {
+			c.DataDir = "./data"
+		}
+	case Postgres:
+		setDefault(&c.Storage.PoolSize, 8)
+		setDefault(&c.Storage.StatementTimeout, 5*time.Second)
+	}
+}
+
+// storageProblems are the fields that do not belong with the chosen
+// backend, or that it needs and lacks.
+func (c *Config) storageProblems() []Problem {
+	var problems []Problem
+	switch c.Storage.Backend {
+	case Badger:
+		if c.DataDir == "" {
+			problems = append(problems, Problem{Path: "data_dir", Msg: "is required with storage.backend badger"})
+		}
+		if c.Storage.DSN != "" {
+			problems = append(problems, Problem{Path: "storage.dsn", Msg: "is set, but storage.backend is badger, which keeps everything under data_dir: set storage.backend: postgres to use the database"})
+		}
+	case Postgres:
+		if c.DataDir != "" {
+			problems = append(problems, Problem{Path: "data_dir", Msg: "is set, but storage.backend postgres keeps everything in the database: remove data_dir, or set storage.backend: badger"})
+		}
+		if c.Storage.MinFree != 0 {
+			problems = append(problems, Problem{Path: "storage.min_free", Msg: "is the reserve kept in Badger's data_dir; with storage.backend postgres the database's disk is the database's to watch: remove it"})
+		}
+		if c.Storage.DSN == "" {
+			problems = append(problems, Problem{Path: "storage.dsn", Msg: "is required with storage.backend postgres"})
+		}
+	}
+	return problems
 }
 
 // Record configures recording of incoming requests for replay testing.
@@ -148,8 +204,7 @@ type Backoff struct {
 func New() *Config {
 	return &Config{
 		Listen:          ":8080",
-		Storage:         Storage{Backend: "badger"},
-		DataDir:         "./data",
+		Storage:         Storage{Backend: Badger},
 		ReceiptTTL:      168 * time.Hour,
 		MaxBody:         1 << 20,
 		ShutdownTimeout: 10 * time.Second,
@@ -192,6 +247,8 @@ func Parse(data []byte) (*Config, error) {
 			return nil, fmt.Errorf("parse yaml: %s", quotedValue.ReplaceAllString(err.Error(), "a value"))
 		}
 	}
+	_, dataDirSet := check.lines["data_dir"]
+	cfg.setStorageDefaults(dataDirSet)
 	for i := range cfg.Sources {
 		cfg.Sources[i].setDefaults()
 	}
@@ -352,6 +409,7 @@ func (c *Config) Validate() error {
 			problems = append(problems, describe(fe))
 		}
 	}
+	problems = append(problems, c.storageProblems()...)
 	for i, s := range c.Sources {
 		src := fmt.Sprintf("sources[%d].", i)
 		if s.Version != "" && s.Resource == "" {

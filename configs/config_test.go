@@ -53,6 +53,27 @@ func TestParseAppliesDefaults(t *testing.T) {
 	}
 }
 
+func TestStorageDefaults(t *testing.T) {
+	cfg, err := Parse([]byte("sources: [{name: billing, request_id: 'header:Idempotency-Key'}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Storage.Backend != Badger || cfg.DataDir != "./data" || cfg.Storage.PoolSize != 0 {
+		t.Errorf("badger defaults: %+v, data_dir %q", cfg.Storage, cfg.DataDir)
+	}
+	t.Setenv("WEBHOOKD_TEST_DSN", "postgres://webhookd:pw@db:5432/webhookd")
+	cfg, err = Parse([]byte(`
+storage: { backend: postgres, dsn: "${WEBHOOKD_TEST_DSN}" }
+sources: [{name: billing, request_id: 'header:Idempotency-Key'}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Storage{Backend: Postgres, DSN: "postgres://webhookd:pw@db:5432/webhookd", PoolSize: 8, StatementTimeout: 5 * time.Second}
+	if cfg.Storage != want || cfg.DataDir != "" {
+		t.Errorf("postgres defaults: %+v, data_dir %q; want %+v and none", cfg.Storage, cfg.DataDir, want)
+	}
+}
+
 func TestParseExpandsEnvironmentSafely(t *testing.T) {
 	t.Setenv("WEBHOOKD_TEST_TOKEN", `s3cr"et: #not-a-comment`)
 	t.Setenv("WEBHOOKD_TEST_TTL", "2h")
@@ -125,7 +146,12 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 		{"reserved source name", `sources: [{name: unknown, request_id: "json:id"}]`, []string{`sources[0].name: "unknown" is reserved`}},
 		{"retries that overflow the window check", `{sources: [{name: a, request_id: "json:id", forward: {url: "http://127.0.0.1:9/", max_attempts: 30000000, timeout: 1h, backoff: {max: 1000h}}}]}`, []string{"sources[0].forward.max_attempts: retries may take up to"}},
 		{"negative reserve", `{storage: {min_free: -1}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.min_free: must be at least 0 (got -1)"}},
-		{"unknown storage backend", `{storage: {backend: mysql}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.backend: must be one of: badger (got mysql)"}},
+		{"unknown storage backend", `{storage: {backend: mysql}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.backend: must be one of: badger, postgres (got mysql)"}},
+		{"data_dir with postgres", `{storage: {backend: postgres, dsn: "postgres://127.0.0.1/db"}, data_dir: /var/lib/webhookd, sources: [{name: a, request_id: "json:id"}]}`, []string{"data_dir: is set, but storage.backend postgres keeps everything in the database"}},
+		{"postgres without a dsn", `{storage: {backend: postgres}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.dsn: is required with storage.backend postgres"}},
+		{"dsn with badger", `{storage: {dsn: "postgres://127.0.0.1/db"}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.dsn: is set, but storage.backend is badger"}},
+		{"negative pool", `{storage: {backend: postgres, dsn: "postgres://127.0.0.1/db", pool_size: -1}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.pool_size: must be at least 0"}},
+		{"min_free with postgres", `{storage: {backend: postgres, dsn: "postgres://127.0.0.1/db", min_free: 1000}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.min_free: is the reserve kept in Badger's data_dir"}},
 		{"every problem at once", `{max_body: 0, sources: [{name: a}]}`, []string{"max_body: must be greater than 0", "sources[0].request_id: is required"}},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package configs
 import (
 	"maps"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -12,13 +13,14 @@ import (
 const MaskedSecret = "****"
 
 // Masked returns a deep copy of c that is safe to print or log: the admin
-// token, every verify secret, every forward signing secret and every value
+// token, the password in storage.dsn, every verify secret, every forward signing secret and every value
 // of forward.headers (they carry credentials such as "Authorization: Bearer
 // ...") read as MaskedSecret. An empty secret stays empty, so that a reader
 // can still tell it is unset. c is not changed.
 func (c *Config) Masked() *Config {
 	m := *c
 	m.Admin.Token = mask(c.Admin.Token)
+	m.Storage.DSN = maskDSN(c.Storage.DSN)
 	m.Record = c.Record.clone()
 	m.Sources = slices.Clone(c.Sources)
 	for i := range m.Sources {
@@ -77,6 +79,19 @@ func maskURL(raw string) string {
 	}
 	// Redacted writes "xxxxx" for it; url would escape MaskedSecret.
 	return strings.Replace(u.Redacted(), ":xxxxx@", ":"+MaskedSecret+"@", 1)
+}
+
+// dsnPassword is a password in a key=value connection string, quoted or
+// not, or in a URL's query.
+var dsnPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
+
+// maskDSN hides the password of a PostgreSQL connection string, given in
+// a URL's user information, its query, or a key=value pair.
+func maskDSN(dsn string) string {
+	if strings.Contains(dsn, "://") {
+		dsn = maskURL(dsn)
+	}
+	return dsnPassword.ReplaceAllString(dsn, "${1}"+MaskedSecret)
 }
 
 func mask(secret string) string {

@@ -89,6 +89,22 @@ func TestMaskedHidesEverySecret(t *testing.T) {
 	}
 }
 
+func TestMaskedHidesTheDSNPassword(t *testing.T) {
+	for _, tt := range []struct{ dsn, want string }{
+		{"postgres://webhookd:" + testURLPassword + "@db:5432/webhookd?sslmode=verify-full", "postgres://webhookd:****@db:5432/webhookd?sslmode=verify-full"},
+		{"postgres://webhookd@db/webhookd?password=" + testURLPassword + "&sslmode=require", "postgres://webhookd@db/webhookd?password=****&sslmode=require"},
+		{"host=db user=webhookd password=" + testURLPassword + " dbname=webhookd", "host=db user=webhookd password=**** dbname=webhookd"},
+		{`host=db password = 'it\'s ` + testURLPassword + "' dbname=webhookd", "host=db password = **** dbname=webhookd"},
+		{"postgres://webhookd@db/webhookd", "postgres://webhookd@db/webhookd"},
+	} {
+		c := New()
+		c.Storage.DSN = tt.dsn
+		if got := c.Masked().Storage.DSN; got != tt.want {
+			t.Errorf("masked %q = %q, want %q", tt.dsn, got, tt.want)
+		}
+	}
+}
+
 func TestMaskedLeavesUnsetSecretsEmpty(t *testing.T) {
 	t.Setenv("WEBHOOKD_ADMIN_TOKEN", "")
 	cfg, err := Parse(Example())

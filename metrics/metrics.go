@@ -21,6 +21,8 @@ type Gauges struct {
 	// DeadLetters returns the dead letters, by source.
 	DeadLetters func() (map[string]int, error)
 	// StoreSizes returns the Badger LSM tree and value log sizes in bytes.
+	// It and Disk are nil when the backend is not Badger, and their gauges
+	// are left out.
 	StoreSizes func() (lsm, vlog int64)
 	// Disk returns the data directory's free space as the store last read it.
 	Disk func() Disk
@@ -145,6 +147,9 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	if dead, err := g.DeadLetters(); err == nil {
 		g.perSource(ch, deadDesc, dead)
+	}
+	if g.StoreSizes == nil { // not Badger: the disk is the database's to watch
+		return
 	}
 	lsm, vlog := g.StoreSizes()
 	ch <- prometheus.MustNewConstMetric(lsmDesc, prometheus.GaugeValue, float64(lsm))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,10 @@ const (
 	DefaultExpiryBatch      = 1000
 	DefaultHealthInterval   = time.Second
 )
+
+// MaxBody is the largest body the store takes. PostgreSQL takes a bytea up
+// to 1 GiB; a body is sent in one message and held in memory on both sides.
+const MaxBody = 64 << 20
 
 // ErrClosed is returned for operations submitted after Close.
 var ErrClosed = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "store is closed"}
@@ -106,10 +111,9 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // the expiry job. Its errors name storage.dsn when the database cannot be
 // reached or refuses webhookd.
 func (s *Store) Open(ctx context.Context) error {
-	cfg, err := pgxpool.ParseConfig(s.DSN)
+	cfg, err := parseDSN(s.DSN)
 	if err != nil {
-		// pgx's message names the part it could not parse, not the password.
-		return &webhookd.Error{Code: webhookd.EINVALID, Field: "storage.dsn", Message: "not a PostgreSQL connection string", Err: err}
+		return err
 	}
 	cfg.MaxConns = int32(s.PoolSize)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
@@ -149,6 +153,28 @@ func (s *Store) Open(ctx context.Context) error {
 	go s.poll()
 	s.Logger.Info("postgres store open", zap.String("database", target), zap.Int("schema_version", len(ms)))
 	return nil
+}
+
+// CheckDSN says whether dsn is a connection string Open can use, without
+// connecting.
+func CheckDSN(dsn string) error {
+	_, err := parseDSN(dsn)
+	return err
+}
+
+func parseDSN(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx quotes the connection string before what is wrong with it;
+		// only the latter is shown, as a string it could not parse may
+		// hold a password it could not find to hide.
+		msg := err.Error()
+		if _, after, ok := strings.Cut(msg, "`: "); ok {
+			msg = after
+		}
+		return nil, webhookd.FieldErrorf("storage.dsn", "not a usable PostgreSQL connection string: %s", msg)
+	}
+	return cfg, nil
 }
 
 // Close stops taking operations, applies those already submitted, stops

@@ -249,3 +249,67 @@ func TestBodyTooLargeForTheBackendIsAConfigError(t *testing.T) {
 		t.Errorf("loadConfig: %v", err)
 	}
 }
+
+// config check validates the postgres section and prints its DSN without
+// the password.
+func TestConfigCheckPostgres(t *testing.T) {
+	t.Setenv("WEBHOOKD_TEST_DSN", "postgres://webhookd:dsn-password-3c1f@db:5432/webhookd")
+	path := configCheckFile(t, "webhookd.yaml", `
+storage: { backend: postgres, dsn: "${WEBHOOKD_TEST_DSN}", statement_timeout: 2s }
+sources: [{name: a, request_id: "json:id"}]
+`)
+	stdout, stderr, err := execRoot(t, "config", "check", "--config", path)
+	if err != nil {
+		t.Fatalf("config check: %v\n%s", err, stderr)
+	}
+	if strings.Contains(stdout, "dsn-password-3c1f") {
+		t.Errorf("output shows the DSN's password:\n%s", stdout)
+	}
+	for _, want := range []string{"  backend: postgres\n", "  dsn: postgres://webhookd:****@db:5432/webhookd\n", "  pool_size: 8\n", "  statement_timeout: 2s\n"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stdout, "data_dir: \"\"\n") {
+		t.Errorf("output has a data_dir, which postgres does not use:\n%s", stdout)
+	}
+
+	for _, tt := range []struct{ storage, want string }{
+		{`{ backend: postgres, dsn: "postgres://webhookd:dsn-password-3c1f@db:99999/webhookd" }`, "storage.dsn: not a usable PostgreSQL connection string: invalid port"},
+		{`{ backend: postgres, dsn: "postgres://webhookd:dsn-password-3c1f@db/webhookd" }, data_dir: ./data`, "data_dir: is set, but storage.backend postgres"},
+	} {
+		bad := configCheckFile(t, "webhookd.yaml", "{storage: "+tt.storage+", sources: [{name: a, request_id: \"json:id\"}]}")
+		_, stderr, err = execRoot(t, "config", "check", "--config", bad)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("config check with storage %s: %v, want %q", tt.storage, err, tt.want)
+		} else if strings.Contains(err.Error()+stderr, "dsn-password-3c1f") {
+			t.Errorf("the error shows the DSN's password: %v", err)
+		}
+	}
+}
+
+// serve on a database that does not answer fails at once with an error
+// naming storage.dsn, not a stack trace.
+func TestServeOnAnUnreachableDatabase(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := configCheckFile(t, "webhookd.yaml", `
+listen: "127.0.0.1:0"
+admin: { listen: "127.0.0.1:0" }
+storage: { backend: postgres, dsn: "postgres://webhookd:dsn-password-3c1f@127.0.0.1:1/webhookd?connect_timeout=2" }
+sources: [{name: a, request_id: "json:id"}]
+`)
+	out, err := exec.Command(bin, "serve", "--config", path).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("serve: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "storage.dsn: cannot connect to PostgreSQL at 127.0.0.1:1/webhookd") {
+		t.Errorf("output does not name storage.dsn and the database:\n%s", out)
+	}
+	if strings.Contains(string(out), "goroutine ") || strings.Contains(string(out), "dsn-password-3c1f") {
+		t.Errorf("output has a stack trace or the password:\n%s", out)
+	}
+}

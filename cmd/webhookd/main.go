@@ -17,12 +17,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/console"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/gateway"
 	"github.com/webhookd/webhookd/metrics"
+	"github.com/webhookd/webhookd/postgres"
 	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/store"
 )
@@ -148,9 +150,14 @@ func loadConfig(path string, explicit bool) (*configs.Config, error) {
 // which only the backend knows.
 func storageProblems(cfg *configs.Config) []configs.Problem {
 	var problems []configs.Problem
-	if cfg.MaxBody > store.MaxBody {
+	if limit := maxBody(cfg); cfg.MaxBody > limit {
 		problems = append(problems, configs.Problem{Path: "max_body",
-			Msg: fmt.Sprintf("must be at most %d with storage.backend %s (got %d)", store.MaxBody, cfg.Storage.Backend, cfg.MaxBody)})
+			Msg: fmt.Sprintf("must be at most %d with storage.backend %s (got %d)", limit, cfg.Storage.Backend, cfg.MaxBody)})
+	}
+	if cfg.Storage.Backend == configs.Postgres {
+		if err := postgres.CheckDSN(cfg.Storage.DSN); err != nil {
+			problems = append(problems, configs.Problem{Path: "storage.dsn", Msg: webhookd.ErrorMessage(err)})
+		}
 	}
 	return problems
 }
@@ -176,7 +183,7 @@ type Main struct {
 	Config *configs.Config
 	Logger *zap.Logger
 
-	Store     *store.Store
+	Store     Backend
 	Forwarder *sender.Forwarder
 	Server    *gateway.Server
 	Console   *console.Console
@@ -194,31 +201,33 @@ func NewMain(cfg *configs.Config, logger *zap.Logger) *Main {
 // Run opens the store and binds the listeners, then returns; serving goes
 // on in the background until Close.
 func (m *Main) Run(ctx context.Context) error {
-	m.Store = store.New(m.Config.DataDir)
-	m.Store.ReceiptTTL = m.Config.ReceiptTTL
-	m.Store.Logger = m.Logger.Named("store")
-	m.Store.MemoryLimit = softMemoryLimit()
-	m.Store.MinFree = m.Config.Storage.MinFree
-	if err := m.Store.Open(); err != nil {
+	b, err := m.openBackend(ctx)
+	if err != nil {
 		return err
 	}
+	m.Store = b
 	m.Forwarder = sender.New(m.Store, routes(m.Config), m.Logger.Named("forward"))
 	var sources []string
 	for _, s := range m.Config.Sources {
 		sources = append(sources, s.Name)
 	}
-	met := metrics.New(metrics.Gauges{
+	gauges := metrics.Gauges{
 		Sources:       sources,
 		OutboxPending: func() (map[string]int, error) { return m.Store.Pending(context.Background()) },
 		DeadLetters:   m.Store.DeadLetterCounts,
-		StoreSizes:    m.Store.Sizes,
-		Disk: func() metrics.Disk {
-			d := m.Store.Space()
-			return metrics.Disk{Free: d.Free, Ballast: d.Ballast, Reserve: d.Reserve, Low: d.Low, Lows: d.Lows}
-		},
-	})
+	}
 	m.Console = console.New(m.Config.Admin.Token, consoleSources(m.Config), m.Store, m.Logger.Named("console"))
-	m.Console.Disk = storeDisk{m.Store}
+	// Badger's sizes and its data directory's free space; a PostgreSQL
+	// database's disk is the database's to watch.
+	if s, ok := m.Store.(*store.Store); ok {
+		gauges.StoreSizes = s.Sizes
+		gauges.Disk = func() metrics.Disk {
+			d := s.Space()
+			return metrics.Disk{Free: d.Free, Ballast: d.Ballast, Reserve: d.Reserve, Low: d.Low, Lows: d.Lows}
+		}
+		m.Console.Disk = storeDisk{s}
+	}
+	met := metrics.New(gauges)
 	m.Forwarder.Metrics = attempts{met, m.Console}
 	if err := m.Forwarder.Open(); err != nil {
 		return err
@@ -237,6 +246,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Logger.Info("webhookd started",
 		zap.String("listen", srv.PublicAddr()),
 		zap.String("admin", srv.AdminAddr()),
+		zap.String("storage", m.Config.Storage.Backend),
 		zap.String("data_dir", m.Config.DataDir),
 		zap.Int("sources", len(m.Config.Sources)),
 	)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/webhookd/webhookd/store"
 	"math"
 	"runtime/debug"
 	"testing"
@@ -103,8 +104,8 @@ func TestStoreGetsTheSoftMemoryLimit(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
 	m, _ := startMain(t, testConfig(t, t.TempDir(), "http://127.0.0.1:1", "127.0.0.1:0", "127.0.0.1:0"))
 	defer m.Close(context.Background())
-	if m.Store.MemoryLimit != limit {
-		t.Errorf("store's memory limit %d, want %d", m.Store.MemoryLimit, limit)
+	if got := m.Store.(*store.Store).MemoryLimit; got != limit {
+		t.Errorf("store's memory limit %d, want %d", got, limit)
 	}
 	debug.SetMemoryLimit(math.MaxInt64)
 	if got := softMemoryLimit(); got != 0 {
