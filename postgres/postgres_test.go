@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/postgres/pgtest"
 	"github.com/webhookd/webhookd/store/storetest"
 )
 
@@ -163,7 +163,7 @@ func TestLeaseHoldsAcrossReplicas(t *testing.T) {
 // TestReplicasMigrateTogether opens replicas on an empty schema at once:
 // one migrates, the others wait for it and find the work done.
 func TestReplicasMigrateTogether(t *testing.T) {
-	dsn := schemaDSN(t, t.Name())
+	dsn := pgtest.SchemaDSN(t, t.Name())
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -181,7 +181,7 @@ func TestReplicasMigrateTogether(t *testing.T) {
 
 // TestNewerSchemaRefused opens a database a newer webhookd migrated.
 func TestNewerSchemaRefused(t *testing.T) {
-	dsn := schemaDSN(t, t.Name())
+	dsn := pgtest.SchemaDSN(t, t.Name())
 	s := New(dsn)
 	if err := s.Open(ctx); err != nil {
 		t.Fatal(err)
@@ -210,9 +210,9 @@ func TestUnreachableDatabase(t *testing.T) {
 
 	// The store reaches the database through a proxy, which the test
 	// stops as a network failure or a database restart would.
-	target := pgHostPort(t)
+	target := pgtest.HostPort(t)
 	p := startProxy(t, "127.0.0.1:0", target)
-	dsn := schemaDSN(t, t.Name())
+	dsn := pgtest.SchemaDSN(t, t.Name())
 	s := New(strings.Replace(dsn, target, p.addr, 1))
 	s.Logger, s.HealthInterval = zaptest.NewLogger(t), 50*time.Millisecond
 	if err := s.Open(ctx); err != nil {
@@ -240,15 +240,6 @@ func TestUnreachableDatabase(t *testing.T) {
 	if out, err := s.Decide(ctx, delivery("req-2", "", 0, "x")); err != nil || out.Decision != webhookd.Accepted {
 		t.Errorf("Decide once the database is back: %+v, %v; want accepted, as nothing was written", out, err)
 	}
-}
-
-// pgHostPort is the host:port of the test database.
-func pgHostPort(t *testing.T) string {
-	cfg, err := pgx.ParseConfig(testDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 }
 
 type proxy struct {

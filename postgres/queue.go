@@ -21,6 +21,9 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 	if err := s.Ready(); err != nil {
 		return nil, err
 	}
+	if n <= 0 {
+		return nil, nil
+	}
 	now := s.Now().Truncate(time.Microsecond)
 	until := now.Add(lease)
 	rows, err := s.pool.Query(ctx, claim, source, now, n, owner, until)
