@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -238,18 +237,9 @@ func canResend(ctx context.Context, tx pgx.Tx, e *forward.Entry) error {
 // forward intent; its payload then lives for the receipt TTL from now.
 func (s *Store) requeue(ctx context.Context, tx pgx.Tx, e forward.Entry, now time.Time) error {
 	e, status := forward.Requeue(e, now)
-	headers, err := json.Marshal(e.Headers)
-	if err != nil {
-		return err
-	}
-	body := e.Body
-	if body == nil {
-		body = []byte{}
-	}
-	b := &pgx.Batch{}
-	b.Queue(insertOutbox, e.Source, e.RequestID, e.Resource, e.Version, e.ContentType, headers, e.CreatedAt, e.NextAttemptAt)
-	b.Queue(upsertPayload, e.Source, e.RequestID, e.Resource, e.Version, e.ContentType, headers, e.CreatedAt, body, now.Add(s.ReceiptTTL))
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	w := &writes{now: now}
+	w.enqueue(&e, now.Add(s.ReceiptTTL))
+	if err := w.send(ctx, tx); err != nil {
 		return err
 	}
 	return writeForward(ctx, tx, e.Source, e.RequestID, e.CreatedAt, status)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -141,20 +142,24 @@ func (s *Store) decideBatch(ops []*decideOp) {
 }
 
 // held is what the batch knows of one receipt: as read, then as the
-// batch's earlier operations wrote it.
+// batch's earlier operations left it.
 type held struct {
-	r *dedupe.Receipt // nil when absent
-	// inDB says a live row exists: an operation writing r updates it, on
-	// the condition that its attempts are still what the batch knows.
-	inDB bool
+	read *dedupe.Receipt // nil when none was live
+	r    *dedupe.Receipt // nil when none
+	// expiresAt is when r expires, once the batch changed it.
+	expiresAt time.Time
 }
 
 // latestOf is what the batch knows of one resource's latest version.
 type latestOf struct {
-	l *versioning.Latest // nil when none
+	read, l *versioning.Latest // nil when none
 }
 
 type key struct{ source, id string }
+
+func compareKeys(a, b key) int {
+	return cmp.Or(cmp.Compare(a.source, b.source), cmp.Compare(a.id, b.id))
+}
 
 // tryDecide reads what ops depend on, plans each in turn over what the
 // ones before it planned (dedupe.Decide), writes the plans and commits.
@@ -163,49 +168,44 @@ func (s *Store) tryDecide(ops []*decideOp) error {
 	ctx, cancel := s.background()
 	defer cancel()
 	now := s.Now()
-	return s.inTx(ctx, func(tx pgx.Tx) error { return s.planBatch(ctx, tx, ops, now) })
-}
-
-// planBatch is tryDecide's transaction.
-func (s *Store) planBatch(ctx context.Context, tx pgx.Tx, ops []*decideOp, now time.Time) error {
-	receipts, latest, err := s.readBatch(ctx, tx, ops, now)
-	if err != nil {
-		return err
-	}
-
-	w := &writes{}
-	for _, o := range ops {
-		d := o.d
-		h := receipts[key{d.Source, d.RequestID}]
-		var l *latestOf
-		if resource := dedupe.LatestFor(h.r, d); resource != "" {
-			l = latest[key{d.Source, resource}]
-			if l == nil { // a held receipt naming a resource no delivery of this batch named
-				l = &latestOf{}
-				latest[key{d.Source, resource}] = l
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		receipts, latest, err := s.readBatch(ctx, tx, ops, now)
+		if err != nil {
+			return err
+		}
+		var entries []forward.Entry
+		for _, o := range ops {
+			d := o.d
+			h := receipts[key{d.Source, d.RequestID}]
+			var l *latestOf
+			if resource := dedupe.LatestFor(h.r, d); resource != "" {
+				if l = latest[key{d.Source, resource}]; l == nil {
+					l = &latestOf{}
+					latest[key{d.Source, resource}] = l
+				}
+			}
+			var current *versioning.Latest
+			if l != nil {
+				current = l.l
+			}
+			p := dedupe.Decide(h.r, current, d)
+			o.out = p.Outcome
+			h.r, h.expiresAt = p.Receipt, d.ReceivedAt.Add(s.ReceiptTTL)
+			if p.Latest != nil {
+				l.l = p.Latest
+			}
+			if p.Enqueue {
+				entries = append(entries, forward.NewEntry(d))
 			}
 		}
-		var current *versioning.Latest
-		if l != nil {
-			current = l.l
+		w := &writes{now: now}
+		w.receipts(receipts)
+		w.latest(latest)
+		for i := range entries {
+			w.enqueue(&entries[i], entries[i].CreatedAt.Add(s.ReceiptTTL))
 		}
-		p := dedupe.Decide(h.r, current, d)
-		o.out = p.Outcome
-		expiresAt := d.ReceivedAt.Add(s.ReceiptTTL)
-		w.writeReceipt(h, p.Receipt, expiresAt, now)
-		h.r, h.inDB = p.Receipt, true
-		if p.Latest != nil {
-			w.writeLatest(d.Source, d.Resource, l.l, p.Latest)
-			l.l = p.Latest
-		}
-		if p.Enqueue {
-			e := forward.NewEntry(d)
-			if err := w.enqueue(&e, expiresAt); err != nil {
-				return err
-			}
-		}
-	}
-	return w.send(ctx, tx)
+		return w.send(ctx, tx)
+	})
 }
 
 // readBatch reads, in one round trip, the receipt of each operation's
@@ -236,7 +236,7 @@ func (s *Store) readBatch(ctx context.Context, tx pgx.Tx, ops []*decideOp, now t
 			rows.Close()
 			return nil, nil, err
 		}
-		receipts[key{r.Source, r.RequestID}] = &held{r: r, inDB: true}
+		receipts[key{r.Source, r.RequestID}] = &held{read: r, r: r}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
@@ -252,95 +252,139 @@ func (s *Store) readBatch(ctx context.Context, tx pgx.Tx, ops []*decideOp, now t
 			rows.Close()
 			return nil, nil, err
 		}
-		latest[key{source, resource}] = &latestOf{l: l}
+		latest[key{source, resource}] = &latestOf{read: l, l: l}
 	}
 	return receipts, latest, rows.Err()
 }
 
-// writes is a batch's statements, grouped so that every transaction takes
-// row locks in one order: receipts, latest versions, outbox, payloads,
-// each by key. Two batches on two replicas then never wait on each other
-// in a cycle.
+// writes is what a batch writes, as arrays, one statement a table. Rows
+// go in key order, so that every transaction locks receipts, then latest
+// versions, then payloads, each in one order: two batches on two replicas
+// then never wait on each other in a cycle. Outbox entries keep the order
+// they were planned in, which is each lane's version order.
 type writes struct {
-	receipts, latest, outbox, payloads []stmt
+	now      time.Time
+	insert   receiptRows // receipts none was live for
+	update   receiptRows // receipts the batch read
+	latestW  latestRows
+	outbox   entryRows
+	payloads entryRows
 }
 
-type stmt struct {
-	key  key
-	sql  string
-	args []any
-	// want is how many rows the statement must affect; fewer means the
-	// batch read something another transaction has changed since.
-	want int64
+type receiptRows struct {
+	source, id, resource, version, decision, duplicate, ordering, latestAt, sha, deliveries, state []string
+	firstSeen, lastSeen, expiresAt                                                                 []time.Time
+	attempts, was                                                                                  []int
 }
 
-func (w *writes) writeReceipt(h *held, r *dedupe.Receipt, expiresAt, now time.Time) {
-	k := key{r.Source, r.RequestID}
-	if !h.inDB {
+type latestRows struct {
+	source, resource, version, id []string
+	ord                           []int64
+	was                           []*int64
+	updatedAt                     []time.Time
+}
+
+type entryRows struct {
+	source, id, resource, version, contentType, headers []string
+	createdAt, due, expiresAt                           []time.Time
+	body                                                [][]byte
+}
+
+// receipts adds the receipts the batch changed.
+func (w *writes) receipts(m map[key]*held) {
+	for _, k := range slices.SortedFunc(maps.Keys(m), compareKeys) {
+		h := m[k]
+		if h.r == nil || h.expiresAt.IsZero() {
+			continue
+		}
+		r := h.r
 		deliveries, _ := json.Marshal(r.Deliveries)
-		w.receipts = append(w.receipts, stmt{key: k, sql: insertReceipt, want: 1, args: []any{
-			r.Source, r.RequestID, r.Resource, r.Version, string(r.Decision), string(r.DuplicateDecision),
-			r.OrderingDecision, r.LatestVersionAtDecision, r.PayloadSHA256, r.FirstSeen, r.LastSeen,
-			r.Attempts, deliveries, string(r.Forward.State), expiresAt, now}})
-		return
+		rows := &w.insert
+		if h.read != nil {
+			rows = &w.update
+			rows.was = append(rows.was, h.read.Attempts)
+		}
+		rows.source, rows.id = append(rows.source, r.Source), append(rows.id, r.RequestID)
+		rows.resource, rows.version = append(rows.resource, r.Resource), append(rows.version, r.Version)
+		rows.decision, rows.duplicate = append(rows.decision, string(r.Decision)), append(rows.duplicate, string(r.DuplicateDecision))
+		rows.ordering, rows.latestAt = append(rows.ordering, r.OrderingDecision), append(rows.latestAt, r.LatestVersionAtDecision)
+		rows.sha, rows.deliveries = append(rows.sha, r.PayloadSHA256), append(rows.deliveries, string(deliveries))
+		rows.state = append(rows.state, string(r.Forward.State))
+		rows.firstSeen, rows.lastSeen = append(rows.firstSeen, r.FirstSeen), append(rows.lastSeen, r.LastSeen)
+		rows.expiresAt, rows.attempts = append(rows.expiresAt, h.expiresAt), append(rows.attempts, r.Attempts)
 	}
-	deliveries, _ := json.Marshal(r.Deliveries)
-	w.receipts = append(w.receipts, stmt{key: k, sql: updateReceipt, want: 1, args: []any{
-		r.Source, r.RequestID, r.FirstSeen, h.r.Attempts, r.Attempts, r.LastSeen, deliveries, expiresAt}})
 }
 
-func (w *writes) writeLatest(source, resource string, was, l *versioning.Latest) {
-	var wasOrd *int64
-	if was != nil {
-		o := ord(was.Order)
-		wasOrd = &o
+// latest adds the latest versions the batch moved.
+func (w *writes) latest(m map[key]*latestOf) {
+	for _, k := range slices.SortedFunc(maps.Keys(m), compareKeys) {
+		l := m[k]
+		if l.l == l.read {
+			continue
+		}
+		var was *int64
+		if l.read != nil {
+			o := ord(l.read.Order)
+			was = &o
+		}
+		rows := &w.latestW
+		rows.source, rows.resource = append(rows.source, k.source), append(rows.resource, k.id)
+		rows.version, rows.id = append(rows.version, l.l.Version), append(rows.id, l.l.RequestID)
+		rows.ord, rows.was = append(rows.ord, ord(l.l.Order)), append(rows.was, was)
+		rows.updatedAt = append(rows.updatedAt, l.l.UpdatedAt)
 	}
-	w.latest = append(w.latest, stmt{key: key{source, resource}, sql: upsertLatest, want: 1, args: []any{
-		source, resource, l.Version, ord(l.Order), l.RequestID, l.UpdatedAt, wasOrd}})
 }
 
-func (w *writes) enqueue(e *forward.Entry, expiresAt time.Time) error {
-	headers, err := json.Marshal(e.Headers)
-	if err != nil {
-		return err
-	}
-	k := key{e.Source, e.RequestID}
-	w.outbox = append(w.outbox, stmt{key: k, sql: insertOutbox, want: 1, args: []any{
-		e.Source, e.RequestID, e.Resource, e.Version, e.ContentType, headers, e.CreatedAt, e.NextAttemptAt}})
+// enqueue adds e to the outbox, and its body to the payloads, which live
+// until expiresAt. A batch enqueues a request ID once at most: an accept
+// holds its receipt, so no later operation of the batch accepts it again.
+func (w *writes) enqueue(e *forward.Entry, expiresAt time.Time) {
+	headers, _ := json.Marshal(e.Headers)
 	body := e.Body
 	if body == nil {
 		body = []byte{}
 	}
-	w.payloads = append(w.payloads, stmt{key: k, sql: upsertPayload, want: 1, args: []any{
-		e.Source, e.RequestID, e.Resource, e.Version, e.ContentType, headers, e.CreatedAt, body, expiresAt}})
-	return nil
+	for _, rows := range []*entryRows{&w.outbox, &w.payloads} {
+		rows.source, rows.id = append(rows.source, e.Source), append(rows.id, e.RequestID)
+		rows.resource, rows.version = append(rows.resource, e.Resource), append(rows.version, e.Version)
+		rows.contentType, rows.headers = append(rows.contentType, e.ContentType), append(rows.headers, string(headers))
+		rows.createdAt, rows.due = append(rows.createdAt, e.CreatedAt), append(rows.due, e.NextAttemptAt)
+		rows.expiresAt, rows.body = append(rows.expiresAt, expiresAt), append(rows.body, body)
+	}
 }
 
-// send sends the statements in one round trip, and fails with errConflict
-// unless each affected the rows its plan needs.
+// send writes everything in one round trip, and fails with errConflict
+// unless each statement wrote every row: one that did not meets a row
+// another transaction changed since the batch read it.
 func (w *writes) send(ctx context.Context, tx pgx.Tx) error {
-	byKey := func(a, b stmt) int {
-		return cmp.Or(cmp.Compare(a.key.source, b.key.source), cmp.Compare(a.key.id, b.key.id))
-	}
-	// Stable: statements on one row keep the order the plans need. The
-	// outbox keeps arrival order, which is each lane's version order.
-	slices.SortStableFunc(w.receipts, byKey)
-	slices.SortStableFunc(w.latest, byKey)
-	slices.SortStableFunc(w.payloads, byKey)
-	all := slices.Concat(w.receipts, w.latest, w.outbox, w.payloads)
 	b := &pgx.Batch{}
-	for _, st := range all {
-		b.Queue(st.sql, st.args...)
+	var want []int
+	queue := func(n int, sql string, args ...any) {
+		if n > 0 {
+			b.Queue(sql, args...)
+			want = append(want, n)
+		}
 	}
+	r := &w.insert
+	queue(len(r.source), insertReceipts, r.source, r.id, r.resource, r.version, r.decision, r.duplicate, r.ordering,
+		r.latestAt, r.sha, r.firstSeen, r.lastSeen, r.attempts, r.deliveries, r.state, r.expiresAt, w.now)
+	r = &w.update
+	queue(len(r.source), updateReceipts, r.source, r.id, r.firstSeen, r.was, r.attempts, r.lastSeen, r.deliveries, r.expiresAt)
+	l := &w.latestW
+	queue(len(l.source), upsertLatest, l.source, l.resource, l.version, l.ord, l.id, l.updatedAt, l.was)
+	o := &w.outbox
+	queue(len(o.source), insertOutbox, o.source, o.id, o.resource, o.version, o.contentType, o.headers, o.createdAt, o.due)
+	p := &w.payloads
+	queue(len(p.source), upsertPayloads, p.source, p.id, p.resource, p.version, p.contentType, p.headers, p.createdAt, p.body, p.expiresAt)
 	res := tx.SendBatch(ctx, b)
-	var conflict bool
-	for _, st := range all {
+	defer res.Close()
+	conflict := false
+	for _, n := range want {
 		tag, err := res.Exec()
 		if err != nil {
-			res.Close()
 			return err
 		}
-		if tag.RowsAffected() < st.want {
+		if tag.RowsAffected() < int64(n) {
 			conflict = true
 		}
 	}

@@ -18,18 +18,24 @@ const (
 	// readLatest reads, for each delivery, the latest version of the
 	// resource its held receipt names, or else the resource it names ($3,
 	// '' when unversioned): dedupe.LatestFor.
-	readLatest = `SELECT DISTINCT l.source, l.resource, l.version, l.ord, l.request_id, l.updated_at
-	FROM unnest($1::text[], $2::text[], $3::text[]) AS k(s, id, resource)
-	LEFT JOIN webhookd_receipts r ON r.source = k.s AND r.request_id = k.id AND r.expires_at > $4
-	JOIN webhookd_latest l ON l.source = k.s AND l.resource = COALESCE(r.resource, k.resource)`
+	readLatest = `SELECT l.source, l.resource, l.version, l.ord, l.request_id, l.updated_at
+	FROM (SELECT DISTINCT k.s, COALESCE(r.resource, k.resource) AS res
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS k(s, id, resource)
+		LEFT JOIN webhookd_receipts r ON r.source = k.s AND r.request_id = k.id AND r.expires_at > $4) k
+	-- LATERAL: one index lookup a resource, whatever the planner guesses
+	-- of the array's length.
+	JOIN LATERAL (SELECT * FROM webhookd_latest l WHERE l.source = k.s AND l.resource = k.res) l ON true`
 
-	// insertReceipt writes a new receipt, over an expired one ($16: now)
-	// but never over a live one: that affects no row, and the batch is
-	// planned again.
-	insertReceipt = `INSERT INTO webhookd_receipts (source, request_id, resource, version, decision, duplicate_decision,
+	// insertReceipts writes new receipts, over expired ones ($16: now)
+	// but never over a live one: that row is not written, and the batch
+	// is planned again.
+	insertReceipts = `INSERT INTO webhookd_receipts (source, request_id, resource, version, decision, duplicate_decision,
 		ordering_decision, latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries,
 		forward_state, expires_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+	SELECT s, id, res, v, d, dd, od, lv, sha, fs, ls, a, dl::jsonb, st, ex
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+		$9::text[], $10::timestamptz[], $11::timestamptz[], $12::integer[], $13::text[], $14::text[], $15::timestamptz[])
+		AS x(s, id, res, v, d, dd, od, lv, sha, fs, ls, a, dl, st, ex)
 	ON CONFLICT (source, request_id) DO UPDATE SET
 		resource = excluded.resource, version = excluded.version, decision = excluded.decision,
 		duplicate_decision = excluded.duplicate_decision, ordering_decision = excluded.ordering_decision,
@@ -40,31 +46,47 @@ const (
 		forward_delivered_at = NULL, forward_token = NULL, expires_at = excluded.expires_at
 	WHERE webhookd_receipts.expires_at <= $16`
 
-	// updateReceipt records one more delivery of a held receipt, if its
-	// attempts are still $4: otherwise another delivery came in between.
-	// The forward status is Settle's and is left alone.
-	updateReceipt = `UPDATE webhookd_receipts SET attempts = $5, last_seen = $6, deliveries = $7, expires_at = $8
-	WHERE source = $1 AND request_id = $2 AND first_seen = $3 AND attempts = $4`
+	// updateReceipts records more deliveries of held receipts, each if its
+	// attempts are still what the batch read ($4): otherwise another
+	// delivery came in between. The forward status is Settle's and is left
+	// alone.
+	updateReceipts = `UPDATE webhookd_receipts r SET attempts = x.a, last_seen = x.ls, deliveries = x.dl::jsonb, expires_at = x.ex
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::integer[], $6::timestamptz[],
+		$7::text[], $8::timestamptz[]) AS x(s, id, fs, was, a, ls, dl, ex)
+	WHERE r.source = x.s AND r.request_id = x.id AND r.first_seen = x.fs AND r.attempts = x.was`
 
-	// upsertLatest moves the latest version forward only: to a newer order
-	// than the current, and only from the one the plan read ($7, NULL when
-	// it read none).
-	upsertLatest = `INSERT INTO webhookd_latest (source, resource, version, ord, request_id, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6)
+	// upsertLatest moves latest versions forward only: to a newer order
+	// than the current, and only from the one the batch read ($7, NULL
+	// when it read none), so that no decision rests on a version another
+	// transaction replaced.
+	upsertLatest = `WITH x AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::timestamptz[], $7::bigint[])
+			AS x(s, res, v, o, id, at, was)
+	)
+	INSERT INTO webhookd_latest (source, resource, version, ord, request_id, updated_at)
+	SELECT s, res, v, o, id, at FROM x
 	ON CONFLICT (source, resource) DO UPDATE SET
 		version = excluded.version, ord = excluded.ord, request_id = excluded.request_id, updated_at = excluded.updated_at
-	WHERE webhookd_latest.ord < excluded.ord AND webhookd_latest.ord = $7`
+	WHERE excluded.ord > webhookd_latest.ord
+		AND webhookd_latest.ord = (SELECT was FROM x WHERE x.s = excluded.source AND x.res = excluded.resource)`
 
+	// insertOutbox appends entries in the order given, which is each
+	// lane's version order: seq follows ORDER BY.
 	insertOutbox = `INSERT INTO webhookd_outbox (source, request_id, resource, version, content_type, headers, created_at,
 		next_attempt_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+	SELECT s, id, res, v, ct, h::jsonb, c, n
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
+		$8::timestamptz[]) WITH ORDINALITY AS x(s, id, res, v, ct, h, c, n, i)
+	ORDER BY i`
 
-	// upsertPayload replaces what an earlier receipt of the request ID
+	// upsertPayloads replaces what an earlier receipt of a request ID
 	// left: an entry that outlived that receipt finds created_at changed
 	// and takes no body.
-	upsertPayload = `INSERT INTO webhookd_payloads (source, request_id, resource, version, content_type, headers,
+	upsertPayloads = `INSERT INTO webhookd_payloads (source, request_id, resource, version, content_type, headers,
 		created_at, body, expires_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+	SELECT s, id, res, v, ct, h::jsonb, c, b, ex
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
+		$8::bytea[], $9::timestamptz[]) AS x(s, id, res, v, ct, h, c, b, ex)
 	ON CONFLICT (source, request_id) DO UPDATE SET
 		resource = excluded.resource, version = excluded.version, content_type = excluded.content_type,
 		headers = excluded.headers, created_at = excluded.created_at, body = excluded.body,
