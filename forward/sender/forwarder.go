@@ -228,7 +228,10 @@ func (f *Forwarder) discoverOrphans() {
 func (f *Forwarder) claim() {
 	for _, r := range f.routes {
 		free := r.Concurrency - r.inflight
-		if free <= 0 {
+		// With jobs in flight, a route asks again once a quarter of its
+		// slots are free: a queue behind a network (a shared database)
+		// then answers one claim for many entries, not one for each.
+		if free <= 0 || (r.inflight > 0 && free < max(1, r.Concurrency/4)) {
 			continue
 		}
 		claims, err := f.queue.Claim(f.ctx, f.Owner, r.name, free, r.lease())
