@@ -92,9 +92,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, ms []migration) error {
 }
 
 // bootstrap creates the version table and its row. Two sessions running
-// CREATE TABLE IF NOT EXISTS at once can both miss the table and one then
-// fails on the catalog's unique index; the table exists then, so once more
-// is enough.
+// CREATE TABLE IF NOT EXISTS at once can both miss the table, and one then
+// fails on the catalog (the table's row type, or its name, exists); the
+// table exists then, so once more is enough.
 func bootstrap(ctx context.Context, pool *pgxpool.Pool) error {
 	create := func() error {
 		_, err := pool.Exec(ctx, createSchemaTable)
@@ -102,7 +102,7 @@ func bootstrap(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	err := create()
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07") {
+	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710") {
 		err = create()
 	}
 	if err != nil {
