@@ -3,6 +3,7 @@
 #
 #   bench/run.sh [-d SECONDS] [--soak MINUTES] [--soak-rate PER_SECOND]
 #                [--drain SECONDS] [--workdir DIR] [--memory-limit BYTES]
+#                [--postgres DSN]
 #
 # Builds webhookd and the helpers (bench/ceiling, bench/downstream,
 # bench/loadgen) into a work directory, starts them on 127.0.0.1 only, runs
@@ -17,6 +18,14 @@
 # phase's rate), BENCH_DRAIN_TIMEOUT, BENCH_WORKDIR and BENCH_MEMORY_LIMIT
 # are the flags' defaults; BENCH_FORWARD_CONCURRENCY (64)
 # sets the bench source's forward.concurrency.
+#
+# With --postgres postgres://USER@HOST:PORT/DB (BENCH_POSTGRES), a DSN
+# whose user may create databases, it then runs the postgres backend in
+# databases of its own (created, and dropped at the end): pgbench with
+# bench/pgbench.sql, the database's ceiling for the statements a decision
+# writes; one webhookd replica; three replicas on one database, each with
+# its own wrk and a third of the connections; accepts with forwarding, then
+# the drain, as above.
 set -euo pipefail
 
 DURATION=${BENCH_DURATION:-20}
@@ -26,6 +35,7 @@ DRAIN_TIMEOUT=${BENCH_DRAIN_TIMEOUT:-120}
 FORWARD_CONCURRENCY=${BENCH_FORWARD_CONCURRENCY:-64}
 WORK=${BENCH_WORKDIR:-}
 MEMORY_LIMIT=${BENCH_MEMORY_LIMIT:-}
+PG_DSN=${BENCH_POSTGRES:-}
 THREADS=2
 CONNS=64
 while [ $# -gt 0 ]; do
@@ -36,7 +46,8 @@ while [ $# -gt 0 ]; do
 	--drain) DRAIN_TIMEOUT=$2; shift 2 ;;
 	--workdir) WORK=$2; shift 2 ;;
 	--memory-limit) MEMORY_LIMIT=$2; shift 2 ;;
-	-h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+	--postgres) PG_DSN=$2; shift 2 ;;
+	-h | --help) sed -n '2,28p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -71,7 +82,9 @@ cleanup() {
 		wait "$pid" 2>/dev/null || true
 	done
 	[ -z "$CGROUP" ] || rmdir "$CGROUP" 2>/dev/null || true
+	for db in "${PG_DBS[@]}"; do psql -q "$PG_DSN" -c "DROP DATABASE IF EXISTS $db" 2>/dev/null || true; done
 }
+PG_DBS=()
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 # forget PID: it has been waited for, so cleanup must not signal a number
@@ -93,7 +106,8 @@ go build -o "$WORK/bin/ceiling" ./bench/ceiling
 go build -o "$WORK/bin/downstream" ./bench/downstream
 go build -o "$WORK/bin/loadgen" ./bench/loadgen
 
-for port in $HOOK_PORT $ADMIN_PORT $CEILING_PORT $DOWN_PORT; do
+PG_PORTS=(18180 18280 18380) # the postgres replicas' public ports; admin on the next
+for port in $HOOK_PORT $ADMIN_PORT $CEILING_PORT $DOWN_PORT ${PG_DSN:+${PG_PORTS[@]} 18181 18281 18381}; do
 	if (exec 3<>"/dev/tcp/$HOST/$port") 2>/dev/null; then
 		say "port $HOST:$port is in use; stop what holds it first" >&2
 		exit 1
@@ -406,6 +420,99 @@ if [ "$SOAK_MIN" != 0 ]; then
 	fi
 	drain
 	disk_report
+fi
+
+# 6. PostgreSQL (optional): pgbench's ceiling, then 1 and 3 replicas.
+if [ -n "$PG_DSN" ]; then
+	for tool in psql pgbench; do
+		command -v "$tool" >/dev/null || { say "--postgres needs $tool" >&2; exit 1; }
+	done
+	# Badger's webhookd is done: the machine's cores go to PostgreSQL.
+	kill -TERM "$HOOKD_PID"
+	wait "$HOOKD_PID" 2>/dev/null || true
+	forget "$HOOKD_PID"
+	PG_BASE=${PG_DSN%/*}
+	# pg_db NAME: a fresh database NAME, with webhookd's schema when asked
+	# (--schema), dropped on exit.
+	pg_db() {
+		psql -q "$PG_DSN" -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"
+		PG_DBS+=("$1")
+		[ "${2:-}" != --schema ] || psql -q "$PG_BASE/$1" -v ON_ERROR_STOP=1 -f postgres/migrations/0001_init.sql
+	}
+	PG_ROWS=()
+	section "postgres: $(psql -tAc 'SELECT version()' "$PG_DSN" | cut -d, -f1); synchronous_commit $(psql -tAc 'SHOW synchronous_commit' "$PG_DSN"), fsync $(psql -tAc 'SHOW fsync' "$PG_DSN")"
+
+	# pgbench: the database's ceiling, with as many connections as wrk.
+	pg_db webhookd_bench_pgbench --schema
+	section "pgbench -n -M prepared -c$CONNS -j$THREADS -T$DURATION -f bench/pgbench.sql"
+	pgbench -n -M prepared -c"$CONNS" -j"$THREADS" -T"$DURATION" -f bench/pgbench.sql "$PG_BASE/webhookd_bench_pgbench" | tee "$WORK/pgbench.txt"
+	PG_CEILING=$(awk '/^tps = / { printf "%.0f", $3 }' "$WORK/pgbench.txt")
+	PG_ROWS+=("pgbench, 3 statements a transaction|-|$PG_CEILING|-|$(awk '/^latency average/ { print $4 }' "$WORK/pgbench.txt") (mean)|-|-|-|1.00")
+
+	# pg_phase N: N replicas on a fresh database, a wrk each, then the drain.
+	pg_phase() {
+		local n=$1 db=webhookd_bench_$1 pids=() wrks=() i port t0 t1 wall before=0 after=0 req=0 rps p99=0 drained pending
+		pg_db "$db"
+		for ((i = 0; i < n; i++)); do
+			port=${PG_PORTS[i]}
+			sed -e "s|^listen: .*|listen: \"$HOST:$port\"|" -e "s|^  listen: .*|  listen: \"$HOST:$((port + 1))\"|" \
+				-e "s|^data_dir: .*|storage: { backend: postgres, dsn: \"$PG_BASE/$db\", pool_size: 16 }|" \
+				"$WORK/webhookd.yaml" >"$WORK/webhookd-pg$n-$i.yaml"
+			"$WORK/bin/webhookd" serve --config "$WORK/webhookd-pg$n-$i.yaml" >"$WORK/webhookd-pg$n-$i.log" 2>&1 &
+			pids+=($!) PIDS+=($!)
+		done
+		for ((i = 0; i < n; i++)); do wait_up "http://$HOST:${PG_PORTS[i]}/readyz"; done
+		pg_delivered() { # forwards delivered, summed over the replicas
+			local sum=0 i
+			for ((i = 0; i < n; i++)); do
+				METRICS_URL=http://$HOST:$((PG_PORTS[i] + 1))/metrics scrape
+				sum=$((sum + $(delivered)))
+			done
+			echo "$sum"
+		}
+		pg_pending() { METRICS_URL=http://$HOST:$((PG_PORTS[0] + 1))/metrics scrape; metric webhookd_outbox_pending 'source="bench"'; }
+		section "postgres, $n replica(s): wrk -t$THREADS -c$CONNS in all, -d${DURATION}s, accept with forwarding"
+		before=$(pg_delivered) t0=$(now)
+		for ((i = 0; i < n; i++)); do
+			# Connections and threads split over the replicas; each wrk
+			# sends request IDs of its own.
+			wrk -t$((THREADS > n ? THREADS / n : 1)) -c$((CONNS / n + (i < CONNS % n ? 1 : 0))) -d"${DURATION}s" --timeout 30s --latency \
+				-s bench/webhook.lua "http://$HOST:${PG_PORTS[i]}/hooks/bench" -- accept "pg$n-$i" >"$WORK/wrk-pg$n-$i.txt" &
+			wrks+=($!)
+		done
+		for pid in "${wrks[@]}"; do wait "$pid"; done
+		t1=$(now) after=$(pg_delivered)
+		wall=$(calc "$t1 - $t0" 3)
+		for ((i = 0; i < n; i++)); do
+			grep -E '^(Requests/sec|BENCH )' "$WORK/wrk-pg$n-$i.txt"
+			eval "$(awk '/^BENCH / { for (i = 2; i <= NF; i++) print "local w_" $i }' "$WORK/wrk-pg$n-$i.txt")"
+			req=$(calc "$req + $w_requests / ($w_duration_us / 1e6)")
+			p99=$(calc "$w_p99_us > $p99 ? $w_p99_us : $p99")
+		done
+		rps=$req
+		pending=$(pg_pending) drained=$after t0=$(now)
+		while [ "$pending" -gt 0 ] && [ "$(calc "$(now) - $t0 < $DRAIN_TIMEOUT")" = 1 ]; do
+			sleep 0.2
+			pending=$(pg_pending)
+		done
+		t1=$(now)
+		local dwall fwd_after
+		dwall=$(calc "$t1 - $t0" 3) fwd_after=$(pg_delivered)
+		say "drain: $((fwd_after - drained)) forwarded in $(calc "$dwall" 1)s; outbox pending now $pending"
+		PG_ROWS+=("webhookd, postgres|$n|$(calc "$rps")|$(calc "($after - $before) / $wall")|$(calc "$p99 / 1000" 2) (wrk p99, worst replica)|$(calc "($fwd_after - $drained) / ($dwall > 0 ? $dwall : 1)")|$pending|$(calc "$dwall" 1)|$(calc "$rps / $PG_CEILING" 2)")
+		[ "$n" != 1 ] || PG_ONE=$rps
+		for pid in "${pids[@]}"; do kill -TERM "$pid"; done
+		for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; forget "$pid"; done
+	}
+	pg_phase 1
+	pg_phase 3
+	section "postgres results: accepts with forwarding, ${DURATION}s, $CONNS connections in all, 1024-byte bodies, forward.concurrency $FORWARD_CONCURRENCY, $NCPU cores shared by wrk, webhookd, PostgreSQL and the downstream"
+	say "fwd/s = forwards delivered during the accept phase / its time; drain fwd/s = after it, with no intake; vs pgbench = accepted/s / pgbench tps"
+	say "3 replicas / 1 replica accepted/s: $(calc "$(echo "${PG_ROWS[-1]}" | cut -d'|' -f3) / $PG_ONE" 2)"
+	{
+		echo "run|replicas|accepted/s or tps|fwd/s|p99 ms|drain fwd/s|outbox after|drain s|vs pgbench"
+		printf '%s\n' "${PG_ROWS[@]}"
+	} | column -t -s'|' -o' | '
 fi
 
 echo

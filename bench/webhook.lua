@@ -19,6 +19,10 @@
 --            forwarding, to build an outbox backlog
 --   ceiling  the accept body shape, for the bare Fiber endpoint
 --
+-- accept takes an optional second argument, a prefix for its request IDs
+-- and resources, so that several wrk processes (one per replica) send
+-- different ones.
+--
 -- wrk calls request() once on the first thread before the run, to check it,
 -- and sends nothing for it: thread 1's first ID of each phase (a-1-1,
 -- m-1-1) never reaches the server, so the dup phase cycles from ID 2 on.
@@ -41,11 +45,13 @@ function setup(thread)
 end
 
 local mode, limit, pool
+local prefix = ""
 local POOL = 65536
 local headers = { ["Content-Type"] = "application/json" }
 
 function init(args)
    mode = args[1] or "accept"
+   if mode == "accept" and args[2] then prefix = args[2] .. "-" end
    math.randomseed(tid)
    local hex, chars = "0123456789abcdef", {}
    for i = 1, POOL do
@@ -75,7 +81,7 @@ function request()
    n = n + 1
    local b
    if mode == "accept" or mode == "ceiling" then
-      b = body(n, string.format("a-%d-%d", tid, n), "2026-01-01T00:00:00Z", string.format("r-%d-%d", tid, n % 1000), n)
+      b = body(n, string.format("a-%s%d-%d", prefix, tid, n), "2026-01-01T00:00:00Z", string.format("r-%s%d-%d", prefix, tid, n % 1000), n)
    elseif mode == "backlog" then
       b = body(n, string.format("b-%d-%d", tid, n), "2026-01-01T00:15:00Z", string.format("q-%d-%d", tid, n % 1000), n)
    elseif mode == "dup" then
