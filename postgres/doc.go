@@ -1,0 +1,46 @@
+// Package postgres is the storage backend for several webhookd replicas on
+// one PostgreSQL database. It keeps every promise the Badger store keeps
+// (one accept per request ID, no version regression, per-resource
+// forwarding order, nothing acknowledged lost) across processes, with the
+// same pure rules (dedupe.Decide, forward.Apply and the repair checks), and
+// SQL that stays within what CockroachDB also accepts: no advisory locks,
+// no LISTEN/NOTIFY.
+//
+// It is a package of its own, named after its engine, beside the Badger
+// store (package store) rather than under it: neither backend imports the
+// other, and both answer to the same conformance suite (store/storetest).
+//
+// Decisions group-commit. One writer goroutine takes the deliveries
+// waiting, reads in one round trip the receipt of each request ID and the
+// latest version each needs, plans each delivery in arrival order over
+// what the ones before it planned (a later one sees the earlier ones, as
+// in the Badger store), and writes every table in one statement over
+// arrays, then commits. It acknowledges only after the commit. No row is
+// locked while planning: each write is conditional on what the batch read
+// (a new receipt only where none is live, a held receipt only if its
+// attempts are unchanged, a latest version only from the one read and only
+// forward), so a batch that raced another replica's writes affects fewer
+// rows than planned, rolls back, and is planned again from a fresh read.
+// Rows are written in key order, table by table, so that two replicas'
+// transactions never wait on each other in a cycle.
+//
+// The outbox is a table; a lane is its rows of one (source, resource) in
+// seq order. A claim leases due lane heads with FOR UPDATE SKIP LOCKED
+// and a lease token from a sequence; a settle applies only while the
+// entry carries its token, and a repeat is known by the token the settle
+// left on the entry, the receipt or the dead letter. Settles group-commit
+// as decisions do. Notify fires after local commits and every
+// PollInterval, for what other replicas did.
+//
+// Times are the store's clock (Now), passed to every statement, never the
+// database's: expiry and leases follow one clock, and tests move it by
+// hand. PostgreSQL keeps microseconds, so Decide truncates a delivery's
+// time to them. Version orders are unsigned 64-bit; they are stored with
+// the top bit flipped, so that bigint order is their order.
+//
+// The schema is migrations/*.sql, embedded and applied at Open inside one
+// transaction that holds the webhookd_schema row: replicas starting
+// together take turns, and a database a newer build migrated is refused.
+// Receipts and payloads past receipt_ttl read as absent and are deleted by
+// a job every replica runs, in bounded batches that skip rows others hold.
+package postgres
