@@ -171,6 +171,11 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 		if err := forward.CanRedeliver(r); err != nil {
 			return err
 		}
+		// The latest version before the payload: decisions lock them in
+		// that order.
+		if err := canResend(ctx, tx, &forward.Entry{Source: source, RequestID: requestID, Resource: r.Resource, Version: r.Version}); err != nil {
+			return err
+		}
 		var body []byte
 		e, err := scanEntry(tx.QueryRow(ctx, lockPayload, source, requestID, r.FirstSeen, now), &body)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -180,9 +185,6 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 			return err
 		}
 		e.Body = body
-		if err := canResend(ctx, tx, &e); err != nil {
-			return err
-		}
 		return s.requeue(ctx, tx, e, now)
 	})
 	if err != nil {
@@ -191,8 +193,8 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 	return nil
 }
 
-// repair runs fn in a transaction of its own. Repairs lock what they read,
-// receipts first, as decisions do.
+// repair runs fn in a transaction of its own. Repairs lock what they read
+// in the order decisions do: the receipt, the latest version, the payload.
 func (s *Store) repair(ctx context.Context, fn func(tx pgx.Tx, now time.Time) error) error {
 	if err := s.Ready(); err != nil {
 		return err
