@@ -55,7 +55,7 @@ exits 1.`,
 // writeConfig prints cfg as YAML that configs.Parse reads back.
 func writeConfig(w io.Writer, cfg *configs.Config) error {
 	root := configNode(reflect.ValueOf(cfg))
-	if cfg.Storage.MinFree == 0 {
+	if cfg.Storage.Backend == configs.Badger && cfg.Storage.MinFree == 0 {
 		// The reserve is derived from Badger's sizes, which depend on the
 		// memory limit serve runs under, not on the file.
 		value(value(root, "storage"), "min_free").LineComment = "derived when serve starts, which logs it (reserve_bytes)"

@@ -270,6 +270,9 @@ sources: [{name: a, request_id: "json:id"}]
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
 	}
+	if strings.Contains(stdout, "derived when serve starts") {
+		t.Errorf("output says a Badger reserve is derived:\n%s", stdout)
+	}
 	if !strings.Contains(stdout, "data_dir: \"\"\n") {
 		t.Errorf("output has a data_dir, which postgres does not use:\n%s", stdout)
 	}
