@@ -327,3 +327,53 @@ func TestExpireDeletesInBatches(t *testing.T) {
 		t.Error("expiry deleted outbox entries")
 	}
 }
+
+// TestExpireOnTwoReplicasAtOnce runs the expiry job on two replicas
+// together: they skip each other's rows, and between them delete all.
+func TestExpireOnTwoReplicasAtOnce(t *testing.T) {
+	clock := storetest.NewClock()
+	dir := t.TempDir()
+	a := openTest(t, storetest.Config{Dir: dir, Now: clock.Now, ReceiptTTL: time.Hour})
+	b := openTest(t, storetest.Config{Dir: dir, Now: clock.Now, ReceiptTTL: time.Hour})
+	a.ExpiryBatch, b.ExpiryBatch = 5, 5
+	for i := range 60 {
+		d := delivery(fmt.Sprint("req-", i), "", 0, "x")
+		d.ReceivedAt = clock.Now()
+		if _, err := a.Decide(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Hour)
+	var wg sync.WaitGroup
+	for _, s := range []*Store{a, b} {
+		wg.Go(func() {
+			if err := s.Expire(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	var n int
+	if err := a.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhookd_receipts) + (SELECT count(*) FROM webhookd_payloads)`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d receipts and payloads left, %v", n, err)
+	}
+}
+
+// TestStatementTimeout checks every connection runs with the store's
+// statement timeout.
+func TestStatementTimeout(t *testing.T) {
+	s := New(pgtest.SchemaDSN(t, t.Name()))
+	s.StatementTimeout = 1500 * time.Millisecond
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var timeout string
+	if err := s.pool.QueryRow(ctx, `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout != "1500ms" {
+		t.Errorf("statement_timeout %q, %v; want 1500ms", timeout, err)
+	}
+	_, err := s.pool.Exec(ctx, `SELECT pg_sleep(3)`)
+	if err == nil || unreachable(err) {
+		t.Errorf("a statement past the timeout: %v, want it cancelled, the database still reachable", err)
+	}
+}
