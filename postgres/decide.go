@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
@@ -120,12 +121,24 @@ var errConflict = errors.New("a concurrent transaction changed what the batch re
 // deliveries are answered 503, for their senders to try again.
 const maxConflicts = 16
 
+// retryable says whether a batch that failed with err is planned again at
+// once: it met another transaction's writes (errConflict), or the database
+// chose it to break a deadlock (40P01) or a serialization failure (40001,
+// which CockroachDB's serializable transactions answer under contention).
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40P01" || pgErr.Code == "40001"
+	}
+	return errors.Is(err, errConflict)
+}
+
 // decideBatch decides ops in one transaction and answers them.
 func (s *Store) decideBatch(ops []*decideOp) {
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = s.tryDecide(ops)
-		if !errors.Is(err, errConflict) || attempt == maxConflicts {
+		if !retryable(err) || attempt == maxConflicts {
 			break
 		}
 	}

@@ -269,6 +269,9 @@ func (s *Store) observe(err error) {
 // unreachable says whether err means the database could not be asked, as
 // opposed to refusing one statement.
 func unreachable(err error) bool {
+	if errors.Is(err, errConflict) {
+		return false
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		// Class 08: connection exception; 57P: operator intervention

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd"
@@ -375,5 +376,28 @@ func TestStatementTimeout(t *testing.T) {
 	_, err := s.pool.Exec(ctx, `SELECT pg_sleep(3)`)
 	if err == nil || unreachable(err) {
 		t.Errorf("a statement past the timeout: %v, want it cancelled, the database still reachable", err)
+	}
+}
+
+func TestErrorClasses(t *testing.T) {
+	for _, tt := range []struct {
+		err                    error
+		retryable, unreachable bool
+	}{
+		{errConflict, true, false},
+		{fmt.Errorf("batch: %w", &pgconn.PgError{Code: "40P01"}), true, false},
+		{&pgconn.PgError{Code: "40001"}, true, false},
+		{&pgconn.PgError{Code: "23505"}, false, false},
+		{&pgconn.PgError{Code: "57014"}, false, false}, // statement timeout
+		{&pgconn.PgError{Code: "57P01"}, false, true},  // admin shutdown
+		{&pgconn.PgError{Code: "08006"}, false, true},
+		{errors.New("dial tcp 127.0.0.1:5432: connect: connection refused"), false, true},
+	} {
+		if got := retryable(tt.err); got != tt.retryable {
+			t.Errorf("retryable(%v) = %v", tt.err, got)
+		}
+		if got := unreachable(tt.err); got != tt.unreachable {
+			t.Errorf("unreachable(%v) = %v", tt.err, got)
+		}
 	}
 }

@@ -132,7 +132,14 @@ func (s *Store) settleBatch(ops []*settleOp) {
 	slices.SortStableFunc(ops, func(a, b *settleOp) int {
 		return cmp.Or(cmp.Compare(a.c.Source, b.c.Source), cmp.Compare(a.c.RequestID, b.c.RequestID))
 	})
-	missed, err := s.trySettle(ops)
+	var missed []bool
+	var err error
+	for attempt := 1; ; attempt++ {
+		missed, err = s.trySettle(ops)
+		if !retryable(err) || attempt == maxConflicts {
+			break
+		}
+	}
 	s.observe(err)
 	if err != nil {
 		s.Logger.Error("settle batch", zap.Int("ops", len(ops)), zap.Error(err))
