@@ -84,10 +84,12 @@ func containsNUL(s string) bool {
 func (s *Store) decideLoop() {
 	defer s.wg.Done()
 	batch := make([]*decideOp, 0, s.MaxBatch)
+	busy := false
 	for {
 		select {
 		case o := <-s.decisions:
-			batch = drain(s.decisions, append(batch[:0], o), s.MaxBatch)
+			batch = collect(s.decisions, append(batch[:0], o), s.MaxBatch, busy, s.BatchDelay)
+			busy = len(batch) > 1
 			s.decideBatch(batch)
 		case <-s.closing:
 			// Close waited for submitters, so what is queued now is all there is.
@@ -97,6 +99,29 @@ func (s *Store) decideLoop() {
 			return
 		}
 	}
+}
+
+// collect adds to batch the operations waiting, up to max. When busy (the
+// writer's last batch had more than one), it first waits up to delay for
+// more: under load, fewer and larger transactions commit more operations a
+// second, as each commit waits for the database's disk, and a replica's
+// decisions and settles, and other replicas', share it; idle, an operation
+// is written at once.
+func collect[T any](ch chan T, batch []T, max int, busy bool, delay time.Duration) []T {
+	if !busy {
+		return drain(ch, batch, max)
+	}
+	deadline := time.NewTimer(delay)
+	defer deadline.Stop()
+	for len(batch) < max {
+		select {
+		case o := <-ch:
+			batch = append(batch, o)
+		case <-deadline.C:
+			return drain(ch, batch, max)
+		}
+	}
+	return batch
 }
 
 // drain adds the operations already waiting, up to max: while one batch

@@ -24,6 +24,7 @@ const (
 	DefaultStatementTimeout = 5 * time.Second
 	DefaultReceiptTTL       = 168 * time.Hour
 	DefaultMaxBatch         = 512
+	DefaultBatchDelay       = 2 * time.Millisecond
 	DefaultPollInterval     = 100 * time.Millisecond
 	DefaultExpiryInterval   = time.Minute
 	DefaultExpiryBatch      = 1000
@@ -45,6 +46,9 @@ type Store struct {
 	StatementTimeout time.Duration
 	ReceiptTTL       time.Duration
 	MaxBatch         int
+	// BatchDelay is how long a busy writer waits for more operations
+	// before it writes a batch (collect).
+	BatchDelay time.Duration
 	// PollInterval is how often Notify fires without a local commit, so
 	// that the forwarder finds entries other replicas accepted or whose
 	// lease ended.
@@ -81,6 +85,7 @@ func New(dsn string) *Store {
 		StatementTimeout: DefaultStatementTimeout,
 		ReceiptTTL:       DefaultReceiptTTL,
 		MaxBatch:         DefaultMaxBatch,
+		BatchDelay:       DefaultBatchDelay,
 		PollInterval:     DefaultPollInterval,
 		ExpiryInterval:   DefaultExpiryInterval,
 		ExpiryBatch:      DefaultExpiryBatch,

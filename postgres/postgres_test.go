@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -399,5 +400,26 @@ func TestErrorClasses(t *testing.T) {
 		if got := unreachable(tt.err); got != tt.unreachable {
 			t.Errorf("unreachable(%v) = %v", tt.err, got)
 		}
+	}
+}
+
+// A writer that was busy waits for more operations, up to a full batch;
+// one that was idle takes what waits and goes.
+func TestCollect(t *testing.T) {
+	ch := make(chan int, 8)
+	ch <- 2
+	if got := collect(ch, []int{1}, 4, false, time.Hour); !slices.Equal(got, []int{1, 2}) {
+		t.Errorf("idle: %v, want what was waiting", got)
+	}
+	go func() {
+		for i := 2; i <= 4; i++ {
+			ch <- i
+		}
+	}()
+	if got := collect(ch, []int{1}, 4, true, time.Hour); !slices.Equal(got, []int{1, 2, 3, 4}) {
+		t.Errorf("busy: %v, want a full batch", got)
+	}
+	if got := collect(ch, []int{1}, 4, true, time.Millisecond); !slices.Equal(got, []int{1}) {
+		t.Errorf("busy, nothing more came: %v", got)
 	}
 }

@@ -112,10 +112,12 @@ func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) e
 func (s *Store) settleLoop() {
 	defer s.wg.Done()
 	batch := make([]*settleOp, 0, s.MaxBatch)
+	busy := false
 	for {
 		select {
 		case o := <-s.settles:
-			batch = drain(s.settles, append(batch[:0], o), s.MaxBatch)
+			batch = collect(s.settles, append(batch[:0], o), s.MaxBatch, busy, s.BatchDelay)
+			busy = len(batch) > 1
 			s.settleBatch(batch)
 		case <-s.closing:
 			for len(s.settles) > 0 {
