@@ -499,7 +499,10 @@ if [ -n "$PG_DSN" ]; then
 		local dwall fwd_after
 		dwall=$(calc "$t1 - $t0" 3) fwd_after=$(pg_delivered)
 		say "drain: $((fwd_after - drained)) forwarded in $(calc "$dwall" 1)s; outbox pending now $pending"
-		PG_ROWS+=("webhookd, postgres|$n|$(calc "$rps")|$(calc "($after - $before) / $wall")|$(calc "$p99 / 1000" 2) (wrk p99, worst replica)|$(calc "($fwd_after - $drained) / ($dwall > 0 ? $dwall : 1)")|$pending|$(calc "$dwall" 1)|$(calc "$rps / $PG_CEILING" 2)")
+		# A drain shorter than a second measures the poll, not forwarding.
+		local drain_rate=-
+		[ "$(calc "$dwall >= 1")" = 0 ] || drain_rate=$(calc "($fwd_after - $drained) / $dwall")
+		PG_ROWS+=("webhookd, postgres|$n|$(calc "$rps")|$(calc "($after - $before) / $wall")|$(calc "$p99 / 1000" 2) (wrk p99, worst replica)|$drain_rate|$pending|$(calc "$dwall" 1)|$(calc "$rps / $PG_CEILING" 2)")
 		[ "$n" != 1 ] || PG_ONE=$rps
 		for pid in "${pids[@]}"; do kill -TERM "$pid"; done
 		for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; forget "$pid"; done
