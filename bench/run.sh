@@ -130,7 +130,8 @@ children_cpu() {
 written() { awk '/^write_bytes:/ { print $2 }' "/proc/$1/io"; } # bytes the process had written to disk
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 rss_detail() { awk '/^(VmRSS|RssAnon|RssFile):/ { printf "%s %.0f MiB ", $1, $2 / 1024 }' "/proc/$1/status"; }
-disk_bytes() { du -sk "$1" | awk '{ printf "%.0f", $1 * 1024 }'; } # allocated blocks, not apparent size
+# Allocated blocks, not apparent size; the free-space ballast is not data.
+disk_bytes() { du -sk --exclude=ballast "$1" | awk '{ printf "%.0f", $1 * 1024 }'; }
 wait_up() {                                               # URL
 	for _ in $(seq 100); do curl -s --max-time 1 -o /dev/null "$1" && return 0; sleep 0.1; done
 	say "$1 did not come up" >&2
