@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/webhookd/webhookd/postgres/pgtest"
 )
 
 // chromium finds a Chromium to drive: $WEBHOOKD_CHROMIUM, or one on PATH.
@@ -36,11 +38,11 @@ func chromium(t *testing.T) string {
 }
 
 // screenshots is where the browser tests leave a PNG of each page:
-// $WEBHOOKD_SCREENSHOTS, or a directory of the test's own.
+// $WEBHOOKD_SCREENSHOTS/<test>, or a directory of the test's own.
 func screenshots(t *testing.T) string {
-	dir := os.Getenv("WEBHOOKD_SCREENSHOTS")
-	if dir == "" {
-		dir = t.TempDir()
+	dir := t.TempDir()
+	if root := os.Getenv("WEBHOOKD_SCREENSHOTS"); root != "" {
+		dir = filepath.Join(root, filepath.FromSlash(t.Name()))
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -104,11 +106,11 @@ func (s *switchable) count(key string) int {
 }
 
 // consoleConfig forwards billing with one attempt, so that a refusal makes a
-// dead letter at once.
-func consoleConfig(dataDir, url string) string {
+// dead letter at once. storage is the YAML line that picks the backend.
+func consoleConfig(storage, url string) string {
 	return fmt.Sprintf(`
 listen: "127.0.0.1:0"
-data_dir: %q
+%s
 shutdown_timeout: 5s
 log: { level: warn }
 admin: { listen: "127.0.0.1:0", token: %q }
@@ -124,16 +126,27 @@ sources:
       backoff: { initial: 10ms, max: 10ms }
   - name: audit
     request_id: header:Idempotency-Key
-`, dataDir, adminToken, url)
+`, storage, adminToken, url)
 }
 
+// The console reads through the storage contract: the same session in the
+// browser passes on either backend.
 func TestConsoleInABrowser(t *testing.T) {
+	t.Run("badger", func(t *testing.T) {
+		consoleInABrowser(t, fmt.Sprintf("data_dir: %q", t.TempDir()))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		consoleInABrowser(t, fmt.Sprintf("storage: { backend: postgres, dsn: %q }", pgtest.SchemaDSN(t, t.Name())))
+	})
+}
+
+func consoleInABrowser(t *testing.T, storage string) {
 	ctx := browser(t)
 	shots := screenshots(t)
 	down := &switchable{took: map[string]int{}}
 	downstream := httptest.NewServer(down)
 	defer downstream.Close()
-	m, c := startMain(t, consoleConfig(t.TempDir(), downstream.URL))
+	m, c := startMain(t, consoleConfig(storage, downstream.URL))
 	defer m.Close(context.Background())
 	ui := "http://" + c.admin
 
