@@ -360,8 +360,8 @@ func TestImageConfiguration(t *testing.T) {
 		t.Errorf("VOLUME %s, but data_dir is %s", volume, cfg.DataDir)
 	}
 
-	// The same sources as the example configuration, which the README
-	// documents; the container's may add forwarding to the compose sink.
+	// The same sources as the example configuration, which the quick start
+	// uses; the container's may add forwarding to the compose sink.
 	example, err := configs.Parse(configs.Example())
 	if err != nil {
 		t.Fatal(err)

@@ -167,8 +167,8 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 	s.admin.Get("/admin/deadletters", s.handleListDeadLetters)
 	s.admin.Post("/admin/deadletters/:source/:request_id/retry", s.handleRetryDeadLetter)
 	s.admin.Delete("/admin/deadletters/:source/:request_id", s.handleDiscardDeadLetter)
-	// Go's profiler, behind the token: how the performance figures in the
-	// README were investigated, and how a production slowdown can be.
+	// Go's profiler, behind the token: how a slowdown is investigated, in a
+	// benchmark or in production (docs/performance.md).
 	s.admin.Get("/debug/pprof/profile", adaptor.HTTPHandlerFunc(pprof.Profile))
 	s.admin.Get("/debug/pprof/trace", adaptor.HTTPHandlerFunc(pprof.Trace))
 	s.admin.Get("/debug/pprof/*", adaptor.HTTPHandlerFunc(pprof.Index))

@@ -113,7 +113,7 @@ func summarize(results []Result, elapsed time.Duration) Summary {
 	return s
 }
 
-// decisionRank orders the table as the README lists decisions.
+// decisionRank orders the table as docs/decisions.md lists decisions.
 func decisionRank(d string) int {
 	if i := slices.Index([]string{"accepted", "duplicate", "stale", "conflict", recording.Rejected, Failed}, d); i >= 0 {
 		return i
