@@ -2,26 +2,16 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"go.uber.org/zap"
 )
 
-func (s *Store) expireLoop() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.ExpiryInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.closing:
-			return
-		case <-t.C:
-			ctx, cancel := s.background()
-			if err := s.Expire(ctx); err != nil {
-				s.Logger.Warn("delete expired receipts and payloads", zap.Error(err))
-			}
-			cancel()
-		}
+// expire runs Expire, every ExpiryInterval.
+func (s *Store) expire() {
+	ctx, cancel := s.background()
+	defer cancel()
+	if err := s.Expire(ctx); err != nil {
+		s.Logger.Warn("delete expired receipts and payloads", zap.Error(err))
 	}
 }
 

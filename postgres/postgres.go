@@ -153,9 +153,9 @@ func (s *Store) Open(ctx context.Context) error {
 	s.wg.Add(5)
 	go s.decideLoop()
 	go s.settleLoop()
-	go s.expireLoop()
-	go s.checkHealth()
-	go s.poll()
+	go s.every(s.ExpiryInterval, s.expire)
+	go s.every(s.HealthInterval, s.checkHealth)
+	go s.every(s.PollInterval, func() { signal(s.notify) })
 	s.Logger.Info("postgres store open", zap.String("database", target), zap.Int("schema_version", len(ms)))
 	return nil
 }
@@ -222,36 +222,27 @@ func (s *Store) Failed() <-chan struct{} { return s.never }
 // did.
 func (s *Store) Notify() <-chan struct{} { return s.notify }
 
-func (s *Store) poll() {
+// every runs fn every d until Close.
+func (s *Store) every(d time.Duration, fn func()) {
 	defer s.wg.Done()
-	t := time.NewTicker(s.PollInterval)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.closing:
 			return
 		case <-t.C:
-			signal(s.notify)
+			fn()
 		}
 	}
 }
 
-// checkHealth pings the database every HealthInterval, so that Ready
+// checkHealth pings the database, every HealthInterval, so that Ready
 // follows it while no request comes.
 func (s *Store) checkHealth() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.HealthInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.closing:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), s.HealthInterval)
-			s.observe(s.pool.Ping(ctx))
-			cancel()
-		}
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.HealthInterval)
+	defer cancel()
+	s.observe(s.pool.Ping(ctx))
 }
 
 // observe records whether the database answered.
