@@ -95,20 +95,10 @@ func (s *Store) entries(ctx context.Context, sql, source string, dead bool) ([]f
 // attempts reset.
 func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) error {
 	err := s.repair(ctx, func(tx pgx.Tx, now time.Time) error {
-		held, err := lockHeld(ctx, tx, source, requestID, now)
+		held, e, err := lockDeadLetterOf(ctx, tx, source, requestID, now)
 		if err != nil {
 			return err
 		}
-		var deadAt time.Time
-		var body []byte
-		e, err := scanEntry(tx.QueryRow(ctx, lockDeadLetter, source, requestID), &deadAt, &body)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
-		}
-		if err != nil {
-			return err
-		}
-		e.DeadAt, e.BodyLost, e.Body = &deadAt, body == nil, body
 		if err := forward.CanRetry(&e, held); err != nil {
 			return err
 		}
@@ -126,20 +116,32 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 	return nil
 }
 
+// lockDeadLetterOf locks the receipt requestID holds now (nil when none)
+// and its dead letter, with the dead letter's body, in that order, as
+// decisions lock receipts first.
+func lockDeadLetterOf(ctx context.Context, tx pgx.Tx, source, requestID string, now time.Time) (*dedupe.Receipt, forward.Entry, error) {
+	held, err := lockHeld(ctx, tx, source, requestID, now)
+	if err != nil {
+		return nil, forward.Entry{}, err
+	}
+	var deadAt time.Time
+	var body []byte
+	e, err := scanEntry(tx.QueryRow(ctx, lockDeadLetter, source, requestID), &deadAt, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, forward.Entry{}, webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
+	}
+	if err != nil {
+		return nil, forward.Entry{}, err
+	}
+	e.DeadAt, e.BodyLost, e.Body = &deadAt, body == nil, body
+	return held, e, nil
+}
+
 // DiscardDeadLetter drops a dead letter; its receipt says it was
 // discarded.
 func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string) error {
 	err := s.repair(ctx, func(tx pgx.Tx, now time.Time) error {
-		held, err := lockHeld(ctx, tx, source, requestID, now)
-		if err != nil {
-			return err
-		}
-		var deadAt time.Time
-		var body []byte
-		e, err := scanEntry(tx.QueryRow(ctx, lockDeadLetter, source, requestID), &deadAt, &body)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
-		}
+		held, e, err := lockDeadLetterOf(ctx, tx, source, requestID, now)
 		if err != nil {
 			return err
 		}
