@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -162,18 +161,8 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 			t.Errorf("%s was acknowledged as accepted but never reached the downstream", id)
 		}
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	last := map[string]int{}
-	for _, s := range rec.seen {
-		res, v, _ := strings.Cut(s, " ")
-		n, _ := strconv.Atoi(v)
-		if n < last[res] {
-			t.Errorf("%s: version %d arrived after %d", res, n, last[res])
-		}
-		last[res] = n
-	}
-	t.Logf("%d accepted before the crash, %d in all; downstream got %d requests", beforeCrash, len(accepted), len(rec.seen))
+	got := rec.checkOrder(t)
+	t.Logf("%d accepted before the crash, %d in all; downstream got %d requests", beforeCrash, len(accepted), got)
 }
 
 // TestSecondSignalStopsAtOnce sends SIGTERM while a forward is in flight to

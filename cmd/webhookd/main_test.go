@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -131,6 +132,24 @@ func (r *recorder) count(key string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.keys[key]
+}
+
+// checkOrder fails t where a resource's version arrived after a newer one,
+// and returns how many requests arrived.
+func (r *recorder) checkOrder(t *testing.T) int {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := map[string]int{}
+	for _, s := range r.seen {
+		res, v, _ := strings.Cut(s, " ")
+		n, _ := strconv.Atoi(v)
+		if n < last[res] {
+			t.Errorf("%s: version %d arrived after %d", res, n, last[res])
+		}
+		last[res] = n
+	}
+	return len(r.seen)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -167,16 +166,6 @@ func TestReplicasLoseNothingAcknowledged(t *testing.T) {
 			t.Errorf("%s was accepted but never reached the downstream", id)
 		}
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	last := map[string]int{}
-	for _, s := range rec.seen {
-		res, v, _ := strings.Cut(s, " ")
-		n, _ := strconv.Atoi(v)
-		if n < last[res] {
-			t.Errorf("%s: version %d arrived after %d", res, n, last[res])
-		}
-		last[res] = n
-	}
-	t.Logf("%d requests, %d accepted; the downstream got %d requests", total, forwarded, len(rec.seen))
+	got := rec.checkOrder(t)
+	t.Logf("%d requests, %d accepted; the downstream got %d requests", total, forwarded, got)
 }
