@@ -307,10 +307,10 @@ func errorStatus(err error) (int, fiber.Map) {
 	return statuses[webhookd.ErrorCode(err)], body
 }
 
-// answerOf is what the caller of a refused request read: errorStatus's
-// words, never a parse error's, which quote the request.
-func answerOf(err error) string {
-	_, body := errorStatus(err)
+// answerText is the message of an answer errorStatus built: what the
+// caller of a refused request read, never a parse error's words, which
+// quote the request.
+func answerText(body fiber.Map) string {
 	msg, _ := body["error"].(string)
 	return msg
 }
@@ -368,11 +368,11 @@ func (s *Server) sourceLabel(name string) string {
 func (s *Server) handlePublicError(c *fiber.Ctx, err error) error {
 	source, hook := strings.CutPrefix(c.Path(), "/hooks/")
 	if c.GetRespHeader("Webhook-Decision") == "" && (hook || c.Locals(refusedByServer{}) != nil) {
-		status, _ := errorStatus(err)
+		status, body := errorStatus(err)
 		reason := reasonOf(err)
 		label := s.sourceLabel(source)
 		s.Metrics.Rejected(label, reason)
-		s.Observer.Rejected(label, webhookd.Delivery{}, reason, answerOf(err))
+		s.Observer.Rejected(label, webhookd.Delivery{}, reason, answerText(body))
 		// The reason, not the error: a parse error's text quotes the
 		// request's bytes, credentials included.
 		s.logger.Info("delivery", zap.String("source", source), zap.String("decision", recording.Rejected), zap.Int("status", status), zap.String("reason", reason))

@@ -136,11 +136,12 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 	status, decision := 0, string(out.Decision)
 	label := s.sourceLabel(name)
 	if err != nil {
-		status, _ = errorStatus(err)
+		var body fiber.Map
+		status, body = errorStatus(err)
 		decision = recording.Rejected
 		reason := reasonOf(err)
 		s.Metrics.Rejected(label, reason)
-		s.Observer.Rejected(label, d, reason, answerOf(err))
+		s.Observer.Rejected(label, d, reason, answerText(body))
 	} else {
 		status = src.Status(out.Decision)
 		s.Metrics.Decided(label, out.Decision)
