@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 )
@@ -65,4 +67,33 @@ func TestClaimsAreGrouped(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A slot that frees is no reason to claim: only a commit the queue
+// notifies of, a poll or a due retry is. Once the one entry of an
+// otherwise empty outbox is in flight, its answer and settle cost one
+// claim, the one its settle's notification makes.
+func TestFreedSlotsAloneDoNotClaim(t *testing.T) {
+	release := make(chan struct{})
+	down := newDownstream(t, func(r *http.Request, n int) int {
+		<-release
+		return http.StatusOK
+	})
+	q := &countingQueue{backend: openStore(t, t.TempDir())}
+	accept(t, q, "billing", "req-1", "", 0)
+	f := sender.New(q, map[string]sender.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+	f.PollInterval = time.Hour
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	eventually(t, "the request in flight", func() bool { return down.active.Load() == 1 })
+	time.Sleep(50 * time.Millisecond) // the commit's notification passes
+	asked := len(q.since(0))
+	close(release)
+	eventually(t, "the entry forwarded", func() bool { return pending(t, q)["billing"] == 0 })
+	time.Sleep(50 * time.Millisecond) // the forwarder's wake-ups pass
+	if asks := q.since(asked); len(asks) > 1 {
+		t.Errorf("after the request was answered, the forwarder claimed %d times (%v), want 1 at most", len(asks), asks)
+	}
 }

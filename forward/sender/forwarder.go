@@ -105,7 +105,7 @@ func New(queue forward.Queue, routes map[string]Route, logger *zap.Logger) *Forw
 		done:         make(chan struct{}),
 	}
 	for name, r := range routes {
-		f.routes[name] = &route{Route: r, name: name}
+		f.routes[name] = &route{Route: r, name: name, ask: true}
 	}
 	return f
 }
@@ -151,6 +151,11 @@ type route struct {
 	client   *fasthttp.HostClient
 	orphan   bool // no forward configuration: entries are dead-lettered
 	inflight int  // claims whose downstream request is not answered yet, against Concurrency
+	// ask says the queue may hold entries of this route's that no claim
+	// has asked for: the queue notified, a poll or a retry came due, or
+	// the last claim took all it asked for. A freed slot alone is no
+	// reason to ask, so an idle outbox costs no claims between commits.
+	ask bool
 }
 
 // lease is how long this route's claims last.
@@ -181,8 +186,10 @@ func (f *Forwarder) run() {
 		case <-stop:
 			stopping, stop = true, nil
 		case <-f.queue.Notify():
+			f.askAll()
 		case <-poll.C:
 			discover = true
+			f.askAll()
 		case r := <-f.released:
 			r.inflight--
 		case next := <-f.finished:
@@ -191,7 +198,15 @@ func (f *Forwarder) run() {
 				heap.Push(&f.due, next)
 			}
 		case <-timer.C:
+			f.askAll()
 		}
+	}
+}
+
+// askAll marks every route as having entries to ask for.
+func (f *Forwarder) askAll() {
+	for _, r := range f.routes {
+		r.ask = true
 	}
 }
 
@@ -218,7 +233,7 @@ func (f *Forwarder) discoverOrphans() {
 	}
 	for source, n := range pending {
 		if _, ok := f.routes[source]; !ok && n > 0 {
-			f.routes[source] = &route{Route: Route{Concurrency: 1}, name: source, orphan: true}
+			f.routes[source] = &route{Route: Route{Concurrency: 1}, name: source, orphan: true, ask: true}
 		}
 	}
 }
@@ -231,10 +246,11 @@ func (f *Forwarder) claim() {
 		// With jobs in flight, a route asks again once a quarter of its
 		// slots are free: a queue behind a network (a shared database)
 		// then answers one claim for many entries, not one for each.
-		if free <= 0 || (r.inflight > 0 && free < max(1, r.Concurrency/4)) {
+		if !r.ask || free <= 0 || (r.inflight > 0 && free < max(1, r.Concurrency/4)) {
 			continue
 		}
 		claims, err := f.queue.Claim(f.ctx, f.Owner, r.name, free, r.lease())
+		r.ask = err != nil || len(claims) == free
 		if err != nil {
 			f.Logger.Error("claim outbox entries", zap.String("source", r.name), zap.Error(err))
 			continue
