@@ -246,25 +246,16 @@ func (s *Store) tryDecide(ops []*decideOp) error {
 	})
 }
 
-// readBatch reads, in one round trip, the receipt of each operation's
-// request ID and the latest version dedupe.LatestFor names for it.
+// readBatch reads the receipt of each operation's request ID, then the
+// latest version of the resource dedupe.LatestFor names for it.
 func (s *Store) readBatch(ctx context.Context, tx pgx.Tx, ops []*decideOp, now time.Time) (map[key]*held, map[key]*latestOf, error) {
-	sources, ids, resources := make([]string, len(ops)), make([]string, len(ops)), make([]string, len(ops))
+	sources, ids := make([]string, len(ops)), make([]string, len(ops))
 	receipts := make(map[key]*held, len(ops))
-	latest := make(map[key]*latestOf)
 	for i, o := range ops {
 		sources[i], ids[i] = o.d.Source, o.d.RequestID
-		if o.d.Version != "" {
-			resources[i] = o.d.Resource
-		}
 		receipts[key{o.d.Source, o.d.RequestID}] = &held{}
 	}
-	b := &pgx.Batch{}
-	b.Queue(readReceipts, sources, ids, now)
-	b.Queue(readLatest, sources, ids, resources, now)
-	res := tx.SendBatch(ctx, b)
-	defer res.Close()
-	rows, err := res.Query()
+	rows, err := tx.Query(ctx, readReceipts, sources, ids, now)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -279,7 +270,21 @@ func (s *Store) readBatch(ctx context.Context, tx pgx.Tx, ops []*decideOp, now t
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
-	rows, err = res.Query()
+	latest := make(map[key]*latestOf)
+	wanted := make(map[key]bool)
+	var resources []string
+	sources = sources[:0]
+	for _, o := range ops {
+		k := key{o.d.Source, dedupe.LatestFor(receipts[key{o.d.Source, o.d.RequestID}].r, o.d)}
+		if k.id != "" && !wanted[k] {
+			wanted[k] = true
+			sources, resources = append(sources, k.source), append(resources, k.id)
+		}
+	}
+	if len(resources) == 0 {
+		return receipts, latest, nil
+	}
+	rows, err = tx.Query(ctx, readLatest, sources, resources)
 	if err != nil {
 		return nil, nil, err
 	}

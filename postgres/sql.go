@@ -11,19 +11,14 @@ const receiptColumns = `source, request_id, resource, version, decision, duplica
 // Decisions.
 const (
 	// readReceipts: $1 sources, $2 request IDs, $3 now.
-	readReceipts = `SELECT ` + receiptColumns + ` FROM webhookd_receipts
-	JOIN unnest($1::text[], $2::text[]) AS k(s, id) ON source = k.s AND request_id = k.id
-	WHERE expires_at > $3`
+	readReceipts = `SELECT r.* FROM unnest($1::text[], $2::text[]) AS k(s, id)
+	JOIN LATERAL (SELECT ` + receiptColumns + ` FROM webhookd_receipts
+		WHERE source = k.s AND request_id = k.id AND expires_at > $3) r ON true`
 
-	// readLatest reads, for each delivery, the latest version of the
-	// resource its held receipt names, or else the resource it names ($3,
-	// '' when unversioned): dedupe.LatestFor.
+	// readLatest: $1 sources, $2 resources. LATERAL: one index lookup a
+	// resource, whatever the planner guesses of the array's length.
 	readLatest = `SELECT l.source, l.resource, l.version, l.ord, l.request_id, l.updated_at
-	FROM (SELECT DISTINCT k.s, COALESCE(r.resource, k.resource) AS res
-		FROM unnest($1::text[], $2::text[], $3::text[]) AS k(s, id, resource)
-		LEFT JOIN webhookd_receipts r ON r.source = k.s AND r.request_id = k.id AND r.expires_at > $4) k
-	-- LATERAL: one index lookup a resource, whatever the planner guesses
-	-- of the array's length.
+	FROM unnest($1::text[], $2::text[]) AS k(s, res)
 	JOIN LATERAL (SELECT * FROM webhookd_latest l WHERE l.source = k.s AND l.resource = k.res) l ON true`
 
 	// insertReceipts writes new receipts, over expired ones ($16: now)
