@@ -23,9 +23,9 @@
 # whose user may create databases, it then runs the postgres backend in
 # databases of its own (created, and dropped at the end): pgbench with
 # bench/pgbench.sql, the database's ceiling for the statements a decision
-# writes; one webhookd replica; three replicas on one database, each with
-# its own wrk and a third of the connections; accepts with forwarding, then
-# the drain, as above.
+# writes; one webhookd replica on intake alone; one replica, then three
+# on one database, each with its own wrk and a third of the connections,
+# on accepts with forwarding, then the drain, as above.
 set -euo pipefail
 
 DURATION=${BENCH_DURATION:-20}
@@ -446,13 +446,25 @@ if [ -n "$PG_DSN" ]; then
 	# pgbench: the database's ceiling, with as many connections as wrk.
 	pg_db webhookd_bench_pgbench --schema
 	section "pgbench -n -M prepared -c$CONNS -j$THREADS -T$DURATION -f bench/pgbench.sql"
+	# pg_ticks PID...: the CPU ticks of the processes, summed.
+	pg_ticks() { local p sum=0; for p in "$@"; do sum=$((sum + $(cpu_ticks "$p" 2>/dev/null || echo 0))); done; echo "$sum"; }
+	# pg_cpu: the CPU ticks of PostgreSQL: its live processes and those the
+	# postmaster has reaped (pgbench's backends end with it).
+	pg_cpu() {
+		local pm
+		pm=$(pgrep -o -x postgres)
+		echo $(($(pg_ticks $(pgrep -x postgres)) + $(sed 's/.*) //' "/proc/$pm/stat" | awk '{ print $14 + $15 }')))
+	}
+	pc0=$(pg_cpu) t0=$(now)
 	pgbench -n -M prepared -c"$CONNS" -j"$THREADS" -T"$DURATION" -f bench/pgbench.sql "$PG_BASE/webhookd_bench_pgbench" | tee "$WORK/pgbench.txt"
+	pc1=$(pg_cpu) t1=$(now)
 	PG_CEILING=$(awk '/^tps = / { printf "%.0f", $3 }' "$WORK/pgbench.txt")
-	PG_ROWS+=("pgbench, 3 statements a transaction|-|$PG_CEILING|-|$(awk '/^latency average/ { print $4 }' "$WORK/pgbench.txt") (mean)|-|-|-|1.00")
+	PG_ROWS+=("pgbench, 3 statements a transaction|-|$PG_CEILING|-|$(awk '/^latency average/ { print $4 }' "$WORK/pgbench.txt") (mean)|-|-|-|1.00|-|$(calc "($pc1 - $pc0) * 100 / $CLK_TCK / ($t1 - $t0)")")
 
-	# pg_phase N: N replicas on a fresh database, a wrk each, then the drain.
+	# pg_phase N SOURCE: N replicas on a fresh database, a wrk each posting
+	# to SOURCE (bench: with forwarding; intake: without), then the drain.
 	pg_phase() {
-		local n=$1 db=webhookd_bench_$1 pids=() wrks=() i port t0 t1 wall before=0 after=0 req=0 rps p99=0 drained pending
+		local n=$1 source=$2 db=webhookd_bench_$1_$2 pids=() wrks=() i port t0 t1 wall before=0 after=0 req=0 rps p99=0 drained pending
 		pg_db "$db"
 		for ((i = 0; i < n; i++)); do
 			port=${PG_PORTS[i]}
@@ -472,17 +484,24 @@ if [ -n "$PG_DSN" ]; then
 			echo "$sum"
 		}
 		pg_pending() { METRICS_URL=http://$HOST:$((PG_PORTS[0] + 1))/metrics scrape; metric webhookd_outbox_pending 'source="bench"'; }
-		section "postgres, $n replica(s): wrk -t$THREADS -c$CONNS in all, -d${DURATION}s, accept with forwarding"
+		local what="accept with forwarding"
+		[ "$source" = bench ] || what="intake alone"
+		section "postgres, $n replica(s): wrk -t$THREADS -c$CONNS in all, -d${DURATION}s, $what"
+		# CPU of the replicas and of every PostgreSQL process (backends,
+		# WAL writer, checkpointer).
+		local hc0 pc0 hc1 pc1
+		hc0=$(pg_ticks "${pids[@]}") pc0=$(pg_cpu)
 		before=$(pg_delivered) t0=$(now)
 		for ((i = 0; i < n; i++)); do
 			# Connections and threads split over the replicas; each wrk
 			# sends request IDs of its own.
 			wrk -t$((THREADS > n ? THREADS / n : 1)) -c$((CONNS / n + (i < CONNS % n ? 1 : 0))) -d"${DURATION}s" --timeout 30s --latency \
-				-s bench/webhook.lua "http://$HOST:${PG_PORTS[i]}/hooks/bench" -- accept "pg$n-$i" >"$WORK/wrk-pg$n-$i.txt" &
+				-s bench/webhook.lua "http://$HOST:${PG_PORTS[i]}/hooks/$source" -- accept "pg$n-$source-$i" >"$WORK/wrk-pg$n-$i.txt" &
 			wrks+=($!)
 		done
 		for pid in "${wrks[@]}"; do wait "$pid"; done
 		t1=$(now) after=$(pg_delivered)
+		hc1=$(pg_ticks "${pids[@]}") pc1=$(pg_cpu)
 		wall=$(calc "$t1 - $t0" 3)
 		for ((i = 0; i < n; i++)); do
 			grep -E '^(Requests/sec|BENCH )' "$WORK/wrk-pg$n-$i.txt"
@@ -503,18 +522,19 @@ if [ -n "$PG_DSN" ]; then
 		# A drain shorter than a second measures the poll, not forwarding.
 		local drain_rate=-
 		[ "$(calc "$dwall >= 1")" = 0 ] || drain_rate=$(calc "($fwd_after - $drained) / $dwall")
-		PG_ROWS+=("webhookd, postgres|$n|$(calc "$rps")|$(calc "($after - $before) / $wall")|$(calc "$p99 / 1000" 2) (wrk p99, worst replica)|$drain_rate|$pending|$(calc "$dwall" 1)|$(calc "$rps / $PG_CEILING" 2)")
-		[ "$n" != 1 ] || PG_ONE=$rps
+		PG_ROWS+=("webhookd, postgres, $what|$n|$(calc "$rps")|$(calc "($after - $before) / $wall")|$(calc "$p99 / 1000" 2) (wrk p99, worst replica)|$drain_rate|$pending|$(calc "$dwall" 1)|$(calc "$rps / $PG_CEILING" 2)|$(calc "($hc1 - $hc0) * 100 / $CLK_TCK / $wall")|$(calc "($pc1 - $pc0) * 100 / $CLK_TCK / $wall")")
+		[ "$n" != 1 ] || [ "$source" != bench ] || PG_ONE=$rps
 		for pid in "${pids[@]}"; do kill -TERM "$pid"; done
 		for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; forget "$pid"; done
 	}
-	pg_phase 1
-	pg_phase 3
+	pg_phase 1 intake
+	pg_phase 1 bench
+	pg_phase 3 bench
 	section "postgres results: accepts with forwarding, ${DURATION}s, $CONNS connections in all, 1024-byte bodies, forward.concurrency $FORWARD_CONCURRENCY, $NCPU cores shared by wrk, webhookd, PostgreSQL and the downstream"
-	say "fwd/s = forwards delivered during the accept phase / its time; drain fwd/s = after it, with no intake; vs pgbench = accepted/s / pgbench tps"
+	say "fwd/s = forwards delivered during the accept phase / its time; drain fwd/s = after it, with no intake; vs pgbench = accepted/s / pgbench tps; CPU = % of one core over the phase, postgres: all its processes"
 	say "3 replicas / 1 replica accepted/s: $(calc "$(echo "${PG_ROWS[-1]}" | cut -d'|' -f3) / $PG_ONE" 2)"
 	{
-		echo "run|replicas|accepted/s or tps|fwd/s|p99 ms|drain fwd/s|outbox after|drain s|vs pgbench"
+		echo "run|replicas|accepted/s or tps|fwd/s|p99 ms|drain fwd/s|outbox after|drain s|vs pgbench|CPU webhookd %|CPU postgres %"
 		printf '%s\n' "${PG_ROWS[@]}"
 	} | column -t -s'|' -o' | '
 fi

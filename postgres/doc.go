@@ -11,8 +11,8 @@
 // other, and both answer to the same conformance suite (store/storetest).
 //
 // Decisions group-commit. One writer goroutine takes the deliveries
-// waiting, reads in one round trip the receipt of each request ID and the
-// latest version each needs, plans each delivery in arrival order over
+// waiting, reads the receipt of each request ID, then the latest version
+// dedupe.LatestFor names for each, plans each delivery in arrival order over
 // what the ones before it planned (a later one sees the earlier ones, as
 // in the Badger store), and writes every table in one statement over
 // arrays, then commits. It acknowledges only after the commit. No row is
