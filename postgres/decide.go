@@ -272,19 +272,18 @@ func (s *Store) readBatch(ctx context.Context, tx pgx.Tx, ops []*decideOp, now t
 	}
 	latest := make(map[key]*latestOf)
 	wanted := make(map[key]bool)
-	var resources []string
-	sources = sources[:0]
+	var latestSources, resources []string
 	for _, o := range ops {
 		k := key{o.d.Source, dedupe.LatestFor(receipts[key{o.d.Source, o.d.RequestID}].r, o.d)}
 		if k.id != "" && !wanted[k] {
 			wanted[k] = true
-			sources, resources = append(sources, k.source), append(resources, k.id)
+			latestSources, resources = append(latestSources, k.source), append(resources, k.id)
 		}
 	}
 	if len(resources) == 0 {
 		return receipts, latest, nil
 	}
-	rows, err = tx.Query(ctx, readLatest, sources, resources)
+	rows, err = tx.Query(ctx, readLatest, latestSources, resources)
 	if err != nil {
 		return nil, nil, err
 	}
