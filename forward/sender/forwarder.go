@@ -411,7 +411,21 @@ func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, r
 		}
 	}
 	req.SetBodyRaw(e.Body)
-	err = r.client.DoTimeout(req, resp, r.Timeout)
+	deadline := time.Now().Add(r.Timeout)
+	err = r.client.DoDeadline(req, resp, deadline)
+	if err != nil && idleLost(resp) && f.ctx.Err() == nil {
+		// The downstream closed a kept-alive connection while it was idle,
+		// and the request went out on it: send it again at once, within
+		// this attempt and its time. fasthttp hands out the idle connection
+		// used last, so the others have been idle longer: they are closed,
+		// and the send dials afresh. A downstream that read the request and
+		// closed the connection without a byte of answer gets it twice,
+		// with the same Idempotency-Key and Webhook-Attempt: forwarding is
+		// at least once, and the key is there for this (Go's own client
+		// resends a request with an Idempotency-Key in this case too).
+		r.client.CloseIdleConnections()
+		err = r.client.DoDeadline(req, resp, deadline)
+	}
 	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		return 0, 0, err
 	}
