@@ -18,8 +18,9 @@ import (
 	xproxy "golang.org/x/net/proxy"
 )
 
-// maxAnswer bounds how much of a downstream's answer is read. Only its
-// status and Retry-After matter; a longer answer still counts, and its
+// maxAnswer bounds how much of a downstream's answer is read. Its status
+// and Retry-After are what count, and the start of its body goes into the
+// error of a failed attempt; a longer answer still counts, and its
 // connection is closed instead of reused.
 const maxAnswer = 64 << 10
 
