@@ -3,6 +3,7 @@ package sender
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -17,10 +18,18 @@ import (
 	xproxy "golang.org/x/net/proxy"
 )
 
-// maxAnswer bounds how much of a downstream's answer is read. Only its
-// status and Retry-After matter; a longer answer still counts, and its
+// maxAnswer bounds how much of a downstream's answer is read. Its status
+// and Retry-After are what count, and the start of its body goes into the
+// error of a failed attempt; a longer answer still counts, and its
 // connection is closed instead of reused.
 const maxAnswer = 64 << 10
+
+// idleTimeout is how long a kept-alive connection may wait for its next
+// request. Servers close idle connections too, Node's (under Express) and
+// Apache's after 5 s by default, and a request sent as the server closes
+// its connection is lost: webhookd closes its own first. Servers that
+// close sooner (Gunicorn, after 2 s) are left to post's resend.
+const idleTimeout = 4 * time.Second
 
 // maxAnswerHeader bounds an answer's header: fasthttp reads it whole into
 // one buffer, 4 KiB by default, which a header with a few cookies outgrows.
@@ -55,38 +64,57 @@ func (f *Forwarder) hostClient(r Route) (*fasthttp.HostClient, error) {
 	return &fasthttp.HostClient{
 		Addr:        net.JoinHostPort(u.Hostname(), port),
 		IsTLS:       u.Scheme == "https",
-		TLSConfig:   f.tlsConfig,
 		DialTimeout: f.conns.track(dial),
 		Name:        "webhookd",
 		MaxConns:    max(r.Concurrency, 1),
 		// A slot frees a moment after its answer is read; wait for it
 		// rather than fail the attempt.
 		MaxConnWaitTimeout:     r.Timeout,
+		MaxIdleConnDuration:    idleTimeout,
 		MaxResponseBodySize:    maxAnswer,
 		ReadBufferSize:         maxAnswerHeader,
 		DisablePathNormalizing: true,
-		// One send per attempt: fasthttp would send again on a fresh
-		// connection after an error, with the same Webhook-Attempt, to a
-		// downstream that may have read and acted on the first. A kept-alive
-		// connection the downstream dropped while idle costs an attempt,
-		// which the retry policy repeats.
+		// fasthttp would send again after any error, on any connection,
+		// to a downstream that may have read and acted on the first send.
+		// post sends again itself, only when a reused connection was
+		// closed before any byte of the answer.
 		MaxIdemponentCallAttempts: 1,
 	}, nil
 }
 
 // dialer connects to u's host directly, or through the proxy the
-// environment names for u. Every dial, a proxy's handshake included, is
-// bounded by the request's time and by Close: a proxy that accepts and
-// never answers would otherwise hold the attempt, or shutdown, for longer.
+// environment names for u, and shakes hands over TLS for https. Every
+// dial, the handshakes included, is bounded by the request's time and by
+// Close: a proxy or a server that accepts and never answers would
+// otherwise hold the attempt, or shutdown, for longer.
 func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFuncWithTimeout, error) {
 	dial, err := dialThrough(u)
 	if err != nil {
 		return nil, err
 	}
+	var tlsConfig *tls.Config
+	if u.Scheme == "https" {
+		tlsConfig = &tls.Config{}
+		if f.tlsConfig != nil {
+			tlsConfig = f.tlsConfig.Clone()
+		}
+		if tlsConfig.ServerName == "" {
+			tlsConfig.ServerName = u.Hostname()
+		}
+	}
 	return func(addr string, left time.Duration) (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(f.ctx, dialTimeout(left, timeout))
 		defer cancel()
-		return dial(ctx, addr)
+		nc, err := dial(ctx, addr)
+		if err != nil || tlsConfig == nil {
+			return nc, err
+		}
+		tc := tls.Client(nc, tlsConfig)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		return tc, nil
 	}, nil
 }
 
@@ -181,10 +209,71 @@ type conns struct {
 	closed bool
 }
 
+// conn is one connection to a downstream, as fasthttp writes requests to
+// it and reads answers from it (TLS included), tracked by its conns. It
+// also follows the exchange on it, for post to tell a request lost to a
+// connection the downstream closed while it was idle.
 type conn struct {
-	net.Conn
-	owner *conns
-	once  sync.Once
+	net.Conn          // the HTTP stream: the connection dialed, or TLS over it
+	raw      net.Conn // the connection dialed, which closeAll closes
+	local    *connAddr
+	owner    *conns
+	once     sync.Once
+
+	// fasthttp uses a connection for one request at a time: it writes the
+	// request, then reads the answer, on the goroutine that sends it.
+	writing  bool // the last call was a Write: a request is being sent
+	reused   bool // an answer to an earlier request was read on this connection
+	answered bool // a byte of the current request's answer was read
+	idleLost bool // the current request failed on a reused connection before any byte of its answer
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	if !c.writing {
+		c.writing, c.reused, c.answered, c.idleLost = true, c.reused || c.answered, false, false
+	}
+	n, err := c.Conn.Write(p)
+	c.fail(err)
+	return n, err
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	c.writing = false
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.answered = true
+	}
+	c.fail(err)
+	return n, err
+}
+
+// fail notes err, when it ends a request on a reused connection before
+// any byte of its answer: the downstream closed the connection while it
+// was idle, as the request went out or before. fasthttp reports both as
+// any other failure (the first as ErrConnectionClosed). A timeout is not
+// a close.
+func (c *conn) fail(err error) {
+	var ne net.Error
+	if err != nil && c.reused && !c.answered && !(errors.As(err, &ne) && ne.Timeout()) {
+		c.idleLost = true
+	}
+}
+
+// LocalAddr carries the connection, so that a fasthttp Response, which
+// keeps the local address of the connection its request went out on,
+// leads post to it: see idleLost.
+func (c *conn) LocalAddr() net.Addr { return c.local }
+
+type connAddr struct {
+	net.Addr
+	conn *conn
+}
+
+// idleLost says whether the request answered in resp failed on a reused
+// connection the downstream had closed while it was idle.
+func idleLost(resp *fasthttp.Response) bool {
+	a, ok := resp.LocalAddr().(*connAddr)
+	return ok && a.conn.idleLost
 }
 
 func (c *conn) Close() error {
@@ -195,6 +284,12 @@ func (c *conn) Close() error {
 	})
 	return c.Conn.Close()
 }
+
+// tlsConn is a conn over TLS. Its Handshake method tells fasthttp that
+// the dialer did the handshake, and not to wrap the connection again.
+type tlsConn struct{ *conn }
+
+func (c tlsConn) Handshake() error { return c.Conn.(*tls.Conn).Handshake() }
 
 func (cs *conns) track(dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithTimeout {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
@@ -208,16 +303,23 @@ func (cs *conns) track(dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithT
 			nc.Close()
 			return nil, errClosing
 		}
-		c := &conn{Conn: nc, owner: cs}
+		c := &conn{Conn: nc, raw: nc, owner: cs}
+		c.local = &connAddr{Addr: nc.LocalAddr(), conn: c}
 		if cs.open == nil {
 			cs.open = make(map[*conn]struct{})
 		}
 		cs.open[c] = struct{}{}
+		if tc, ok := nc.(*tls.Conn); ok {
+			c.raw = tc.NetConn()
+			return tlsConn{c}, nil
+		}
 		return c, nil
 	}
 }
 
 // closeAll closes every connection, idle or busy, and refuses new ones.
+// It closes the connections dialed, under any TLS: closing TLS sends an
+// alert first, which a downstream that stopped reading would hold up.
 func (cs *conns) closeAll() {
 	cs.mu.Lock()
 	cs.closed = true
@@ -225,6 +327,6 @@ func (cs *conns) closeAll() {
 	cs.open = nil
 	cs.mu.Unlock()
 	for c := range open {
-		c.Conn.Close()
+		c.raw.Close()
 	}
 }

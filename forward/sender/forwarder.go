@@ -1,6 +1,7 @@
 package sender
 
 import (
+	"bytes"
 	"container/heap"
 	"context"
 	"crypto/tls"
@@ -10,8 +11,11 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -331,7 +335,7 @@ func (f *Forwarder) record(r *route, c *forward.Claim, res forward.Result) (ok b
 func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok bool) {
 	n := e.Attempts + 1
 	start := time.Now()
-	status, retryAfter, err := f.post(r, e, n)
+	status, retryAfter, body, err := f.post(r, e, n)
 	took := time.Since(start)
 	now := f.now()
 	if err != nil && f.ctx.Err() != nil {
@@ -351,6 +355,9 @@ func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok 
 		res.Error = err.Error()
 	} else if status >= 300 {
 		res.Error = fmt.Sprintf("downstream answered %d %s", status, http.StatusText(status))
+		if body != "" {
+			res.Error += ": " + body
+		}
 	}
 	switch forward.Judge(status) {
 	case forward.Delivered:
@@ -373,10 +380,11 @@ func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok 
 	return res, true
 }
 
-// post sends one attempt; status is 0 when no answer came. A redirect is
-// not followed: it is the downstream's configuration error, not something
-// to replay a body to.
-func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, retryAfter time.Duration, err error) {
+// post sends one attempt; status is 0 when no answer came, and body is
+// the start of the answer's body when its status is not 2xx (see
+// snippet). A redirect is not followed: it is the downstream's
+// configuration error, not something to replay a body to.
+func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, retryAfter time.Duration, body string, err error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -404,18 +412,81 @@ func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, r
 	if r.SignSecret != "" {
 		signed, err := signature.SignStandard(r.SignSecret, e.RequestID, f.now(), e.Body)
 		if err != nil {
-			return 0, 0, fmt.Errorf("sign: %w", err)
+			return 0, 0, "", fmt.Errorf("sign: %w", err)
 		}
 		for k, v := range signed {
 			req.Header.Set(k, v)
 		}
 	}
 	req.SetBodyRaw(e.Body)
-	err = r.client.DoTimeout(req, resp, r.Timeout)
-	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		return 0, 0, err
+	deadline := time.Now().Add(r.Timeout)
+	err = r.client.DoDeadline(req, resp, deadline)
+	if err != nil && idleLost(resp) && f.ctx.Err() == nil {
+		// The downstream closed a kept-alive connection while it was idle,
+		// and the request went out on it: send it again at once, within
+		// this attempt and its time. fasthttp hands out the idle connection
+		// used last, so the others have been idle longer: they are closed,
+		// and the send dials afresh. A downstream that read the request and
+		// closed the connection without a byte of answer gets it twice,
+		// with the same Idempotency-Key and Webhook-Attempt: forwarding is
+		// at least once, and the key is there for this (Go's own client
+		// resends a request with an Idempotency-Key in this case too).
+		r.client.CloseIdleConnections()
+		err = r.client.DoDeadline(req, resp, deadline)
 	}
-	return resp.StatusCode(), forward.RetryAfter(string(resp.Header.Peek("Retry-After")), f.now()), nil
+	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		return 0, 0, "", err
+	}
+	status = resp.StatusCode()
+	if status >= 300 && err == nil {
+		body = snippet(resp.Body())
+	}
+	return status, forward.RetryAfter(string(resp.Header.Peek("Retry-After")), f.now()), body, nil
+}
+
+// maxSnippet bounds how much of an answer's body a failed attempt's error
+// quotes.
+const maxSnippet = 256
+
+// snippet quotes the start of an answer's body for an error: at most
+// maxSnippet bytes of it, valid UTF-8 (a character the limit cuts is left
+// out, invalid bytes become U+FFFD), on one line (runs of white space
+// become one space), control characters escaped, and "…" when it goes on.
+func snippet(body []byte) string {
+	more := len(body) > maxSnippet
+	if more {
+		body = body[:maxSnippet]
+	}
+	body = bytes.TrimSpace(body)
+	var b strings.Builder
+	space := false
+	for len(body) > 0 {
+		c, size := utf8.DecodeRune(body)
+		if c == utf8.RuneError && size == 1 && more && !utf8.FullRune(body) {
+			break
+		}
+		body = body[size:]
+		switch {
+		case unicode.IsSpace(c):
+			space = true
+			continue
+		case space:
+			b.WriteByte(' ')
+			space = false
+		}
+		switch {
+		case c == utf8.RuneError && size == 1:
+			b.WriteRune(utf8.RuneError)
+		case unicode.IsControl(c):
+			fmt.Fprintf(&b, "\\u%04x", c)
+		default:
+			b.WriteRune(c)
+		}
+	}
+	if more {
+		b.WriteString("…")
+	}
+	return b.String()
 }
 
 // setHeader sets a configured or passed-through header. Those that frame

@@ -411,6 +411,58 @@ func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 	}
 }
 
+// A failed attempt's error quotes the start of the answer's body, bounded
+// and on one line, in the retrying entry and in the dead letter.
+func TestFailedAttemptsQuoteTheAnswer(t *testing.T) {
+	long := strings.Repeat("x", 60<<10)
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"json", `{"error":"db down"}`, `downstream answered 503 Service Unavailable: {"error":"db down"}`},
+		{"html", "<html>\n<body>\r\n\tdb\x07 down</body>\n</html>\n", `downstream answered 503 Service Unavailable: <html> <body> db\u0007 down</body> </html>`},
+		{"long", long, "downstream answered 503 Service Unavailable: " + long[:256] + "…"},
+		{"none", "", "downstream answered 503 Service Unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			answered := make(chan struct{}, 1)
+			release := make(chan struct{})
+			down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				if r.Header.Get("Webhook-Attempt") == "2" {
+					<-release // the entry is seen retrying first
+				}
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, tc.body)
+				select {
+				case answered <- struct{}{}:
+				default:
+				}
+			}))
+			t.Cleanup(down.Close)
+			t.Cleanup(func() { close(release) })
+			r := route(down.URL)
+			r.Policy.MaxAttempts = 2
+			start(t, s, map[string]sender.Route{"billing": r})
+			acceptRaw(t, s, "req-1", "application/json", "{}")
+			<-answered
+			eventually(t, "retrying", func() bool { return receipt(t, s, "billing", "req-1").Forward.Attempts == 1 })
+			if f := receipt(t, s, "billing", "req-1").Forward; f.State != webhookd.ForwardRetrying || f.LastError != tc.want {
+				t.Errorf("retrying: forward status = %+v, want last_error %q", f, tc.want)
+			}
+			release <- struct{}{}
+			eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
+			dead, err := s.DeadLetters(ctx, "billing")
+			if err != nil || len(dead) != 1 {
+				t.Fatalf("dead letters = %+v, %v", dead, err)
+			}
+			if want := tc.want + "; gave up after 2 attempts"; dead[0].LastError != want {
+				t.Errorf("dead letter's last_error = %q, want %q", dead[0].LastError, want)
+			}
+		})
+	}
+}
+
 // An entry may wait in its lane behind older versions' retries for longer
 // than its payload lives. The body it is sent with is the body its dead
 // letter keeps, so that it can be retried.

@@ -12,9 +12,12 @@ import (
 	"github.com/webhookd/webhookd/forward/sender"
 )
 
-// A downstream that reads the whole request, then resets the connection,
-// may have acted on it: each send is an attempt webhookd counts, with its
-// own Webhook-Attempt, never a repeat fasthttp makes on its own.
+// A downstream that reads the whole request on a fresh connection, then
+// resets it, may have acted on it: each send is an attempt webhookd
+// counts, with its own Webhook-Attempt, never a repeat fasthttp makes on
+// its own. (Only a reused connection closed before any byte of the answer
+// is sent on again within the attempt: see
+// TestIdleConnectionTheDownstreamClosedCostsNoAttempt.)
 func TestEverySendIsACountedAttempt(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
