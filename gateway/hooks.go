@@ -25,37 +25,60 @@ import (
 // shorter.
 const maxIDLen = 256
 
-// selector finds one value in a delivery: a header, or a JSON field of the
-// body. The zero selector is "not configured".
+// selector finds one value in a delivery: the first of its places that
+// holds one. A place is a header or a JSON field of the body. The zero
+// selector is "not configured".
 type selector struct {
 	name   string // as configured, for error messages
+	places []place
+}
+
+// place is a header, or a JSON field by its id in the source's fields.
+type place struct {
 	header string
-	field  int // the JSON field's id in the source's fields; 0 (the root) for none
+	field  int
 }
 
 func parseSelector(name, spec string, fs *fields) (selector, error) {
-	kind, arg, _ := strings.Cut(spec, ":")
-	switch {
-	case spec == "":
+	if spec == "" {
 		return selector{}, nil
-	case kind == "header" && arg != "":
-		return selector{name: name, header: arg}, nil
-	case kind == "json" && arg != "":
-		return selector{name: name, field: fs.add(name, arg)}, nil
 	}
-	return selector{}, fmt.Errorf("%s: bad selector %q", name, spec)
+	sel := selector{name: name}
+	for alt := range strings.SplitSeq(spec, "|") {
+		kind, arg, _ := strings.Cut(alt, ":")
+		switch {
+		case kind == "header" && arg != "":
+			sel.places = append(sel.places, place{header: arg})
+		case kind == "json" && arg != "":
+			sel.places = append(sel.places, place{field: fs.add(name, arg)})
+		default:
+			return selector{}, fmt.Errorf("%s: bad selector %q", name, spec)
+		}
+	}
+	return sel, nil
 }
 
-func (sel selector) configured() bool { return sel.header != "" || sel.field != 0 }
+func (sel selector) configured() bool { return len(sel.places) > 0 }
 
-// value returns the selected value, or "" when it is absent. JSON numbers
-// come back as written; objects, arrays, booleans and null are refused.
-// values are the source's fields in the body.
+// value returns the first place's value that is present and not empty, or
+// "" when none is. JSON numbers come back as written; objects, arrays,
+// booleans and null are refused where they are met. values are the
+// source's fields in the body.
 func (sel selector) value(c *fiber.Ctx, values []gjson.Result) (string, error) {
-	if sel.header != "" {
-		return strings.Clone(c.Get(sel.header)), nil
+	for _, p := range sel.places {
+		v, err := sel.at(p, c, values)
+		if v != "" || err != nil {
+			return v, err
+		}
 	}
-	r := values[sel.field]
+	return "", nil
+}
+
+func (sel selector) at(p place, c *fiber.Ctx, values []gjson.Result) (string, error) {
+	if p.header != "" {
+		return strings.Clone(c.Get(p.header)), nil
+	}
+	r := values[p.field]
 	switch r.Type {
 	case gjson.Null:
 		if r.Exists() {
