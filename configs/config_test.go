@@ -245,7 +245,7 @@ func TestVerifyPresetsAndValidation(t *testing.T) {
 	if got := cfg.Sources[0].RequestID; got != "header:X-GitHub-Delivery" {
 		t.Errorf("github preset request_id = %q", got)
 	}
-	if s := cfg.Sources[1]; s.RequestID != "json:id" || s.DeliveryID != "header:X-Shopify-Webhook-Id" {
+	if s := cfg.Sources[1]; s.RequestID != "json:id" || s.DeliveryID != "header:X-Shopify-Webhook-Id|header:Shopify-Webhook-Id" {
 		t.Errorf("explicit selector must win over the preset, the rest comes from it: %+v", s)
 	}
 	for yaml, want := range map[string]string{
