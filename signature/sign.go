@@ -51,6 +51,11 @@ func Resign(cfg Config, h http.Header, body []byte, now time.Time) error {
 // http.Header's own methods would miss; these helpers match names
 // case-insensitively so a replay never carries a stale duplicate.
 
+// recorded reads recorded headers as Headers.
+type recorded http.Header
+
+func (r recorded) Get(name string) string { return lookupHeader(http.Header(r), name) }
+
 func lookupHeader(h http.Header, name string) string {
 	if v := h.Get(name); v != "" {
 		return strings.TrimSpace(v)

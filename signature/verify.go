@@ -25,20 +25,22 @@ type standardHeaders struct{ id, timestamp, signature string }
 var (
 	standardNames = standardHeaders{"webhook-id", "webhook-timestamp", "webhook-signature"}
 	// svixNames are Svix's own, which it sends unless a customer pays for
-	// white-labelled headers; svix's and standardwebhooks' verifiers take
-	// both spellings.
+	// white-labelled headers; svix's verifier takes both spellings.
 	svixNames = standardHeaders{"svix-id", "svix-timestamp", "svix-signature"}
 )
 
-// standardNamesOf picks the spelling a delivery uses: webhook-* when it
-// carries a webhook-id, svix-* otherwise. The request-ID preset,
-// header:webhook-id|header:svix-id, makes the same choice, so the ID a
-// delivery is keyed on is always the one its signature covers.
-func standardNamesOf(get func(name string) string) standardHeaders {
-	if get(standardNames.id) == "" && get(svixNames.id) != "" {
-		return svixNames
+// standardNamesOf picks the spelling a delivery uses, and returns its ID:
+// webhook-* when it carries a webhook-id, svix-* otherwise. The request-ID
+// preset, header:webhook-id|header:svix-id, makes the same choice, so the
+// ID a delivery is keyed on is always the one its signature covers.
+func standardNamesOf(h Headers) (standardHeaders, string) {
+	if id := get(h, standardNames.id); id != "" {
+		return standardNames, id
 	}
-	return standardNames
+	if id := get(h, svixNames.id); id != "" {
+		return svixNames, id
+	}
+	return standardNames, ""
 }
 
 var (
@@ -237,8 +239,7 @@ type standardVerifier struct {
 }
 
 func (v *standardVerifier) Verify(h Headers, body []byte, now time.Time) error {
-	names := standardNamesOf(func(name string) string { return get(h, name) })
-	id := get(h, names.id)
+	names, id := standardNamesOf(h)
 	if id == "" {
 		return missingAny([]string{standardNames.id, svixNames.id})
 	}
@@ -271,8 +272,7 @@ func (v *standardVerifier) Verify(h Headers, body []byte, now time.Time) error {
 // idempotency key, and a new one would make a replay look like a different
 // message.
 func (v *standardVerifier) resign(h http.Header, body []byte, now time.Time) error {
-	names := standardNamesOf(func(name string) string { return lookupHeader(h, name) })
-	id := lookupHeader(h, names.id)
+	names, id := standardNamesOf(recorded(h))
 	if id == "" {
 		return missingAny([]string{standardNames.id, svixNames.id})
 	}
