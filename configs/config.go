@@ -509,8 +509,13 @@ func addSat(a, b time.Duration) time.Duration {
 
 var validate = newValidator()
 
+// selectorPlace is one place a selector reads. A selector is one place, or
+// several joined by '|', the first present winning; so '|', though a header
+// name may hold it, is never part of a place's name.
+const selectorPlace = `(json:[^.\s|]+(\.[^.\s|]+)*|header:[!#$%&'*+\-.^_` + "`" + `~0-9A-Za-z]+)`
+
 var (
-	selectorRe   = regexp.MustCompile(`^(json:[^.\s]+(\.[^.\s]+)*|header:[!#$%&'*+\-.^_` + "`" + `|~0-9A-Za-z]+)$`)
+	selectorRe   = regexp.MustCompile(`^` + selectorPlace + `(\|` + selectorPlace + `)*$`)
 	jsonPathRe   = regexp.MustCompile(`^[^.\s]+(\.[^.\s]+)*$`)
 	sourceNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	headerNameRe = regexp.MustCompile(`^[!#$%&'*+\-.^_` + "`" + `|~0-9A-Za-z]+$`)

@@ -129,6 +129,9 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 	}{
 		{"no sources", `listen: ":8080"`, []string{"sources: is required"}},
 		{"bad selector", `sources: [{name: a, request_id: "body:id"}]`, []string{"sources[0].request_id: must be json:<dotted.path> or header:<Name>"}},
+		{"bad alternative", `sources: [{name: a, request_id: "header:webhook-id|svix-id"}]`, []string{"sources[0].request_id: must be json:<dotted.path> or header:<Name> (got header:webhook-id|svix-id)"}},
+		{"empty alternative", `sources: [{name: a, request_id: "header:webhook-id||header:svix-id"}]`, []string{"sources[0].request_id: must be json:<dotted.path> or header:<Name>"}},
+		{"trailing bar", `sources: [{name: a, request_id: "json:id|"}]`, []string{"sources[0].request_id: must be json:<dotted.path> or header:<Name>"}},
 		{"missing request id", `sources: [{name: a}]`, []string{"sources[0].request_id: is required"}},
 		{"bad name", `sources: [{name: "Bad Name", request_id: "json:id"}]`, []string{"sources[0].name: must be 1-64 lowercase"}},
 		{"duplicate names", `sources: [{name: a, request_id: "json:id"}, {name: a, request_id: "json:id"}]`, []string{"sources: must not repeat a name"}},
@@ -242,7 +245,7 @@ func TestVerifyPresetsAndValidation(t *testing.T) {
 	if got := cfg.Sources[0].RequestID; got != "header:X-GitHub-Delivery" {
 		t.Errorf("github preset request_id = %q", got)
 	}
-	if s := cfg.Sources[1]; s.RequestID != "json:id" || s.DeliveryID != "header:X-Shopify-Webhook-Id" {
+	if s := cfg.Sources[1]; s.RequestID != "json:id" || s.DeliveryID != "header:X-Shopify-Webhook-Id|header:Shopify-Webhook-Id" {
 		t.Errorf("explicit selector must win over the preset, the rest comes from it: %+v", s)
 	}
 	for yaml, want := range map[string]string{
@@ -254,6 +257,23 @@ func TestVerifyPresetsAndValidation(t *testing.T) {
 		_, err := Parse([]byte("sources: [" + yaml + "]"))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", yaml, err, want)
+		}
+	}
+}
+
+func TestSelectorAlternatives(t *testing.T) {
+	for _, spec := range []string{
+		"header:webhook-id|header:svix-id",
+		"json:data.id|header:X-Event-Id|json:id",
+		"header:X-Shopify-Event-Id|header:Shopify-Event-Id|header:Shopify-Webhook-Id",
+	} {
+		cfg, err := Parse([]byte(`sources: [{name: a, request_id: "` + spec + `", resource: "` + spec + `"}]`))
+		if err != nil {
+			t.Errorf("%s: %v", spec, err)
+			continue
+		}
+		if got := cfg.Sources[0].RequestID; got != spec {
+			t.Errorf("request_id = %q, want %q as written", got, spec)
 		}
 	}
 }

@@ -78,6 +78,9 @@ func BenchmarkParse(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
+		if err := f.server.authenticate(c, src); err != nil {
+			b.Fatal(err)
+		}
 		if _, err := f.server.parse(c, src); err != nil {
 			b.Fatal(err)
 		}

@@ -368,6 +368,52 @@ func TestArrayIndexSelectorAndUnversionedSource(t *testing.T) {
 	}
 }
 
+// A selector of several places takes the first that holds a value: an
+// absent or empty one falls through, a bad one is refused where it is met.
+func TestSelectorAlternatives(t *testing.T) {
+	f := newFixtureFor(t, `
+sources:
+  - name: s
+    request_id: json:event.id|header:X-Event-Id|json:id
+    delivery_id: header:X-Delivery-Id|header:X-Attempt-Id
+`, nil)
+	for _, tc := range []struct {
+		name, body      string
+		headers         []string
+		status          int
+		request, dlv    string
+		field, decision string
+	}{
+		{"first place", `{"event":{"id":"e1"},"id":"x"}`, []string{"X-Event-Id", "h1", "X-Delivery-Id", "d1", "X-Attempt-Id", "a1"}, 202, "e1", "d1", "", "accepted"},
+		{"second place", `{"id":"x"}`, []string{"X-Event-Id", "h2", "X-Attempt-Id", "a2"}, 202, "h2", "a2", "", "accepted"},
+		{"third place", `{"id":"j3"}`, nil, 202, "j3", "", "", "accepted"},
+		{"empty places fall through", `{"event":{"id":""},"id":"j4"}`, []string{"X-Event-Id", ""}, 202, "j4", "", "", "accepted"},
+		{"none", `{"other":1}`, nil, 400, "", "", "request_id", ""},
+		{"a bad value is not skipped", `{"event":{"id":{"n":1}},"id":"j5"}`, nil, 400, "", "", "request_id", ""},
+	} {
+		r := f.post("s", tc.body, tc.headers...)
+		if r.status != tc.status {
+			t.Errorf("%s: %d %v, want %d", tc.name, r.status, r.body, tc.status)
+			continue
+		}
+		if tc.status != 202 {
+			if r.body["field"] != tc.field {
+				t.Errorf("%s: field %v, want %s", tc.name, r.body["field"], tc.field)
+			}
+			continue
+		}
+		want := map[string]any{"request_id": tc.request, "decision": tc.decision, "delivery_id": nil}
+		if tc.dlv != "" {
+			want["delivery_id"] = tc.dlv
+		}
+		for k, v := range want {
+			if r.body[k] != v {
+				t.Errorf("%s: %s = %v, want %v", tc.name, k, r.body[k], v)
+			}
+		}
+	}
+}
+
 // Paths are read literally, whatever gjson and sjson take as syntax, both
 // in selectors and in fingerprint_exclude.
 func TestPathsAreLiteral(t *testing.T) {

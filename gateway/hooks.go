@@ -25,37 +25,60 @@ import (
 // shorter.
 const maxIDLen = 256
 
-// selector finds one value in a delivery: a header, or a JSON field of the
-// body. The zero selector is "not configured".
+// selector finds one value in a delivery: the first of its places that
+// holds one. A place is a header or a JSON field of the body. The zero
+// selector is "not configured".
 type selector struct {
 	name   string // as configured, for error messages
+	places []place
+}
+
+// place is a header, or a JSON field by its id in the source's fields.
+type place struct {
 	header string
-	field  int // the JSON field's id in the source's fields; 0 (the root) for none
+	field  int
 }
 
 func parseSelector(name, spec string, fs *fields) (selector, error) {
-	kind, arg, _ := strings.Cut(spec, ":")
-	switch {
-	case spec == "":
+	if spec == "" {
 		return selector{}, nil
-	case kind == "header" && arg != "":
-		return selector{name: name, header: arg}, nil
-	case kind == "json" && arg != "":
-		return selector{name: name, field: fs.add(name, arg)}, nil
 	}
-	return selector{}, fmt.Errorf("%s: bad selector %q", name, spec)
+	sel := selector{name: name}
+	for alt := range strings.SplitSeq(spec, "|") {
+		kind, arg, _ := strings.Cut(alt, ":")
+		switch {
+		case kind == "header" && arg != "":
+			sel.places = append(sel.places, place{header: arg})
+		case kind == "json" && arg != "":
+			sel.places = append(sel.places, place{field: fs.add(name, arg)})
+		default:
+			return selector{}, fmt.Errorf("%s: bad selector %q", name, spec)
+		}
+	}
+	return sel, nil
 }
 
-func (sel selector) configured() bool { return sel.header != "" || sel.field != 0 }
+func (sel selector) configured() bool { return len(sel.places) > 0 }
 
-// value returns the selected value, or "" when it is absent. JSON numbers
-// come back as written; objects, arrays, booleans and null are refused.
-// values are the source's fields in the body.
+// value returns the first place's value that is present and not empty, or
+// "" when none is. JSON numbers come back as written; objects, arrays,
+// booleans and null are refused where they are met. values are the
+// source's fields in the body.
 func (sel selector) value(c *fiber.Ctx, values []gjson.Result) (string, error) {
-	if sel.header != "" {
-		return strings.Clone(c.Get(sel.header)), nil
+	for _, p := range sel.places {
+		v, err := sel.at(p, c, values)
+		if v != "" || err != nil {
+			return v, err
+		}
 	}
-	r := values[sel.field]
+	return "", nil
+}
+
+func (sel selector) at(p place, c *fiber.Ctx, values []gjson.Result) (string, error) {
+	if p.header != "" {
+		return strings.Clone(c.Get(p.header)), nil
+	}
+	r := values[p.field]
 	switch r.Type {
 	case gjson.Null:
 		if r.Exists() {
@@ -78,6 +101,7 @@ type source struct {
 	exclude                                  []string // sjson paths
 	needsJSON                                bool
 	verifier                                 signature.Verifier
+	slack                                    bool // answers Slack's url_verification and app_rate_limited
 }
 
 func compileSource(cfg *configs.Source) (*source, error) {
@@ -91,6 +115,7 @@ func compileSource(cfg *configs.Source) (*source, error) {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	src.verifier = v
+	src.slack = sig.Scheme == signature.Slack
 	var errs []error
 	for _, f := range []struct {
 		sel  *selector
@@ -129,6 +154,12 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderAllow, fiber.MethodPost)
 		err = webhookd.Errorf(webhookd.EMETHOD, "webhooks are delivered with POST")
 	default:
+		if err = s.authenticate(c, src); err != nil {
+			break
+		}
+		if src.slack && s.answerSlack(c, src) {
+			return nil
+		}
 		if d, err = s.parse(c, src); err == nil {
 			out, err = s.decider.Decide(c.UserContext(), d)
 		}
@@ -254,24 +285,66 @@ func orNull(s string) *string {
 	return &s
 }
 
-// parse checks the signature on the raw body, then turns the request into
-// a validated Delivery, or an error blaming the field at fault. Nothing is
-// written for a request that fails here.
-func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
+// authenticate checks the signature on the raw body. Nothing is written
+// for a request that fails here.
+func (s *Server) authenticate(c *fiber.Ctx, src *source) error {
 	// Bodies are taken as sent: Fiber's Body would inflate a compressed one
 	// past max_body, before the signature check, and swap a broken one for
 	// its error message.
 	// Every Content-Encoding line counts, not only the first.
 	for _, raw := range c.Request().Header.PeekAll(fiber.HeaderContentEncoding) {
 		if enc := string(raw); !strings.EqualFold(strings.TrimSpace(enc), "identity") {
-			return webhookd.Delivery{}, &webhookd.Error{Code: webhookd.EUNSUPPORTED, Field: fiber.HeaderContentEncoding,
+			return &webhookd.Error{Code: webhookd.EUNSUPPORTED, Field: fiber.HeaderContentEncoding,
 				Message: fmt.Sprintf("Content-Encoding %q is not accepted: send the body uncompressed", enc)}
 		}
 	}
-	body := c.Request().Body()
-	if err := src.verifier.Verify(fiberHeaders{c}, body, s.now()); err != nil {
-		return webhookd.Delivery{}, unauthorized(err)
+	if err := src.verifier.Verify(fiberHeaders{c}, c.Request().Body(), s.now()); err != nil {
+		return unauthorized(err)
 	}
+	return nil
+}
+
+// answerSlack answers, on an authenticated request, the two messages of
+// Slack's Events API that are not events: url_verification, which Slack
+// sends when the Request URL is set and which wants its challenge back, and
+// app_rate_limited, which says Slack is dropping this app's events. Neither
+// has an event_id, the request ID, and neither is work for the downstream,
+// so neither is decided, stored, recorded or forwarded; a 200 keeps Slack
+// from counting them as failed deliveries. It reports whether it answered.
+func (s *Server) answerSlack(c *fiber.Ctx, src *source) bool {
+	body := c.Request().Body()
+	if !gjson.ValidBytes(body) {
+		return false
+	}
+	msg := gjson.ParseBytes(body) // a copy: nothing here points into fasthttp's buffers
+	switch msg.Get("type").String() {
+	case "url_verification":
+		challenge := msg.Get("challenge")
+		if challenge.Type != gjson.String || challenge.Str == "" {
+			return false
+		}
+		s.logger.Info("slack url_verification answered", zap.String("source", src.Name))
+		c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
+		c.Response().SetBodyRaw(append(jsonenc.AppendString([]byte(`{"challenge":`), challenge.Str), '}'))
+		return true
+	case "app_rate_limited":
+		s.logger.Warn("slack app_rate_limited: Slack is not sending this app's events for the workspace",
+			zap.String("source", src.Name),
+			zap.String("team_id", msg.Get("team_id").String()),
+			zap.Int64("minute_rate_limited", msg.Get("minute_rate_limited").Int()),
+			zap.String("api_app_id", msg.Get("api_app_id").String()))
+		c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
+		c.Response().SetBodyRaw([]byte(`{"acknowledged":"app_rate_limited"}`))
+		return true
+	}
+	return false
+}
+
+// parse turns an authenticated request into a validated Delivery, or an
+// error blaming the field at fault. Nothing is written for a request that
+// fails here.
+func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
+	body := c.Request().Body()
 	var buf [maxStackFields]gjson.Result
 	values := buf[:0]
 	if src.needsJSON {

@@ -94,8 +94,11 @@ func TestPresetFor(t *testing.T) {
 	}{
 		{signature.GitHub, signature.Preset{RequestID: "header:X-GitHub-Delivery"}},
 		{signature.Stripe, signature.Preset{RequestID: "json:id"}},
-		{signature.StandardWebhooks, signature.Preset{RequestID: "header:webhook-id"}},
-		{signature.Shopify, signature.Preset{RequestID: "header:X-Shopify-Event-Id", DeliveryID: "header:X-Shopify-Webhook-Id"}},
+		{signature.StandardWebhooks, signature.Preset{RequestID: "header:webhook-id|header:svix-id"}},
+		{signature.Shopify, signature.Preset{
+			RequestID:  "header:X-Shopify-Event-Id|header:Shopify-Event-Id|header:Shopify-Webhook-Id",
+			DeliveryID: "header:X-Shopify-Webhook-Id|header:Shopify-Webhook-Id",
+		}},
 		{signature.Slack, signature.Preset{RequestID: "json:event_id"}},
 		{signature.HMACSHA256, signature.Preset{}},
 		{signature.None, signature.Preset{}},

@@ -1,6 +1,9 @@
 package signature
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Reason says why a delivery failed verification. Its values are stable
 // strings because the HTTP layer sends them to clients.
@@ -61,6 +64,14 @@ func (e *Error) Is(target error) bool {
 
 func missing(header string) error {
 	return &Error{Reason: ReasonMissing, Header: header, Msg: "missing"}
+}
+
+// missingAny reports that none of names is there, blaming the first.
+func missingAny(names []string) error {
+	if len(names) == 1 {
+		return missing(names[0])
+	}
+	return &Error{Reason: ReasonMissing, Header: names[0], Msg: "missing (and so is " + strings.Join(names[1:], ", ") + ")"}
 }
 
 func malformed(header string, err error) error {

@@ -68,6 +68,24 @@ func signStandardWebhooks(secret string, body []byte, ts time.Time) http.Header 
 	return h
 }
 
+// signSvix signs as Svix does by default: the Standard Webhooks scheme
+// under its own header names.
+func signSvix(secret string, body []byte, ts time.Time) http.Header {
+	std := signStandardWebhooks(secret, body, ts)
+	h := http.Header{}
+	for _, name := range []string{"id", "timestamp", "signature"} {
+		h.Set("svix-"+name, std.Get("webhook-"+name))
+	}
+	return h
+}
+
+// signShopifyEvents signs as Shopify's Events deliveries do.
+func signShopifyEvents(secret string, body []byte, _ time.Time) http.Header {
+	h := http.Header{}
+	h.Set("Shopify-Hmac-Sha256", base64.StdEncoding.EncodeToString(mac([]byte(secret), string(body))))
+	return h
+}
+
 func signGenericHex(secret string, body []byte, _ time.Time) http.Header {
 	h := http.Header{}
 	h.Set("X-Signature", hex.EncodeToString(mac([]byte(secret), string(body))))

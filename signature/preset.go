@@ -2,8 +2,9 @@ package signature
 
 // Preset holds a scheme's default selectors, which configuration loading
 // applies when a source does not set its own. A selector is
-// "json:<dotted.path>" (a field of the body) or "header:<Name>". An empty
-// field means the provider has no dependable place for that value.
+// "json:<dotted.path>" (a field of the body) or "header:<Name>", or several
+// joined by "|", the first present winning. An empty field means the
+// provider has no dependable place for that value.
 type Preset struct {
 	RequestID  string // identifies the event; the same across the provider's retries
 	DeliveryID string // identifies one notification of the event, where a provider sends several
@@ -15,12 +16,15 @@ type Preset struct {
 //   - github: RequestID "header:X-GitHub-Delivery", a GUID GitHub keeps
 //     when it redelivers.
 //   - stripe: RequestID "json:id", the event's evt_ id, kept on retries.
-//   - standard-webhooks: RequestID "header:webhook-id", which the spec
-//     makes the idempotency key, stable across retries.
+//   - standard-webhooks: RequestID "header:webhook-id|header:svix-id",
+//     which the spec makes the idempotency key, stable across retries;
+//     Svix spells it svix-id. The verifier reads the same one.
 //   - shopify: RequestID "header:X-Shopify-Event-Id", shared by every
-//     webhook the same event triggers; DeliveryID
-//     "header:X-Shopify-Webhook-Id", one per webhook (subscription and
-//     event), kept on retries.
+//     webhook the same event triggers, or its Events spelling
+//     Shopify-Event-Id; Events deliveries that carry no event ID are keyed
+//     on Shopify-Webhook-Id, which Shopify names their deduplication key.
+//     DeliveryID "header:X-Shopify-Webhook-Id|header:Shopify-Webhook-Id",
+//     one per webhook (subscription and event), kept on retries.
 //   - slack: RequestID "json:event_id", present on Events API callbacks
 //     (slash commands and interactivity payloads have none).
 //
@@ -36,9 +40,12 @@ func PresetFor(scheme string) Preset {
 	case Stripe:
 		return Preset{RequestID: "json:id"}
 	case StandardWebhooks:
-		return Preset{RequestID: "header:webhook-id"}
+		return Preset{RequestID: "header:webhook-id|header:svix-id"}
 	case Shopify:
-		return Preset{RequestID: "header:X-Shopify-Event-Id", DeliveryID: "header:X-Shopify-Webhook-Id"}
+		return Preset{
+			RequestID:  "header:X-Shopify-Event-Id|header:Shopify-Event-Id|header:Shopify-Webhook-Id",
+			DeliveryID: "header:X-Shopify-Webhook-Id|header:Shopify-Webhook-Id",
+		}
 	case Slack:
 		return Preset{RequestID: "json:event_id"}
 	}

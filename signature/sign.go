@@ -19,16 +19,17 @@ func SignStandard(secret, id string, ts time.Time, body []byte) (map[string]stri
 	if id == "" {
 		return nil, errors.New("standard-webhooks: message id must not be empty")
 	}
-	return signStandard(key, id, ts, body), nil
+	return standardNames.sign(key, id, ts, body), nil
 }
 
-func signStandard(key []byte, id string, ts time.Time, body []byte) map[string]string {
+// sign returns the three headers, spelt as n spells them.
+func (n standardHeaders) sign(key []byte, id string, ts time.Time, body []byte) map[string]string {
 	unix := formatUnixTimestamp(ts)
 	mac := computeMAC(key, []byte(id), dot, []byte(unix), dot, body)
 	return map[string]string{
-		headerStandardID:        id,
-		headerStandardTimestamp: unix,
-		headerStandardSignature: formatStandardSignatures([][]byte{mac}),
+		n.id:        id,
+		n.timestamp: unix,
+		n.signature: formatStandardSignatures([][]byte{mac}),
 	}
 }
 
@@ -36,7 +37,7 @@ func signStandard(key []byte, id string, ts time.Time, body []byte) map[string]s
 // ones made with cfg's first non-empty secret at now. It exists for replays
 // of recorded deliveries, whose original signatures have aged out of every
 // receiver's tolerance. Other headers are kept; for standard-webhooks the
-// recorded webhook-id is reused and must be present. For none it does
+// recorded webhook-id (or svix-id) is reused and must be present. For none it does
 // nothing.
 func Resign(cfg Config, h http.Header, body []byte, now time.Time) error {
 	s, err := build(cfg)
@@ -49,6 +50,11 @@ func Resign(cfg Config, h http.Header, body []byte, now time.Time) error {
 // Recorded headers may have been stored under non-canonical keys, which
 // http.Header's own methods would miss; these helpers match names
 // case-insensitively so a replay never carries a stale duplicate.
+
+// recorded reads recorded headers as Headers.
+type recorded http.Header
+
+func (r recorded) Get(name string) string { return lookupHeader(http.Header(r), name) }
 
 func lookupHeader(h http.Header, name string) string {
 	if v := h.Get(name); v != "" {

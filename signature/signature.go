@@ -139,11 +139,13 @@ func build(cfg Config) (scheme, error) {
 		default:
 			return nil, errors.New("encoding: must be hex or base64")
 		}
-		return &bodyMAC{header: header, format: macFormat{prefix: cfg.Prefix, base64: useBase64}, keys: keys}, nil
+		return &bodyMAC{headers: []string{header}, format: macFormat{prefix: cfg.Prefix, base64: useBase64}, keys: keys}, nil
 	case GitHub:
-		return &bodyMAC{header: headerGitHub, format: githubFormat, keys: keys, stale: []string{headerGitHubLegacy}}, nil
+		return &bodyMAC{headers: []string{headerGitHub}, format: githubFormat, keys: keys, stale: []string{headerGitHubLegacy}}, nil
 	case Shopify:
-		return &bodyMAC{header: headerShopify, format: shopifyFormat, keys: keys}, nil
+		// Shopify's Events deliveries spell the header without X- (and, for
+		// now, send both): the same MAC of the same body.
+		return &bodyMAC{headers: []string{headerShopify, headerShopifyEvents}, format: shopifyFormat, keys: keys}, nil
 	case Stripe:
 		return &stripeVerifier{keys: keys, tolerance: tolerance}, nil
 	case Slack:

@@ -10,16 +10,38 @@ import (
 )
 
 const (
-	headerGitHub            = "X-Hub-Signature-256"
-	headerGitHubLegacy      = "X-Hub-Signature" // SHA-1; never trusted here
-	headerShopify           = "X-Shopify-Hmac-Sha256"
-	headerStripe            = "Stripe-Signature"
-	headerSlackSignature    = "X-Slack-Signature"
-	headerSlackTimestamp    = "X-Slack-Request-Timestamp"
-	headerStandardID        = "webhook-id"
-	headerStandardTimestamp = "webhook-timestamp"
-	headerStandardSignature = "webhook-signature"
+	headerGitHub         = "X-Hub-Signature-256"
+	headerGitHubLegacy   = "X-Hub-Signature" // SHA-1; never trusted here
+	headerShopify        = "X-Shopify-Hmac-Sha256"
+	headerShopifyEvents  = "Shopify-Hmac-Sha256" // Shopify's Events deliveries
+	headerStripe         = "Stripe-Signature"
+	headerSlackSignature = "X-Slack-Signature"
+	headerSlackTimestamp = "X-Slack-Request-Timestamp"
 )
+
+// standardHeaders is one spelling of the three Standard Webhooks headers.
+type standardHeaders struct{ id, timestamp, signature string }
+
+var (
+	standardNames = standardHeaders{"webhook-id", "webhook-timestamp", "webhook-signature"}
+	// svixNames are Svix's own, which it sends unless a customer pays for
+	// white-labelled headers; svix's verifier takes both spellings.
+	svixNames = standardHeaders{"svix-id", "svix-timestamp", "svix-signature"}
+)
+
+// standardNamesOf picks the spelling a delivery uses, and returns its ID:
+// webhook-* when it carries a webhook-id, svix-* otherwise. The request-ID
+// preset, header:webhook-id|header:svix-id, makes the same choice, so the
+// ID a delivery is keyed on is always the one its signature covers.
+func standardNamesOf(h Headers) (standardHeaders, string) {
+	if id := get(h, standardNames.id); id != "" {
+		return standardNames, id
+	}
+	if id := get(h, svixNames.id); id != "" {
+		return svixNames, id
+	}
+	return standardNames, ""
+}
 
 var (
 	githubFormat  = macFormat{prefix: "sha256="}
@@ -82,34 +104,52 @@ func (nullVerifier) resign(http.Header, []byte, time.Time) error { return nil }
 // the generic hmac-sha256); they differ only in where the MAC goes and how
 // it is spelled.
 type bodyMAC struct {
-	header string
-	format macFormat
-	keys   [][]byte
-	stale  []string // other signature headers the provider sends, dropped on resign
+	headers []string // where the MAC may be: the first present is read
+	format  macFormat
+	keys    [][]byte
+	stale   []string // other signature headers the provider sends, dropped on resign
 }
 
 func (v *bodyMAC) Verify(h Headers, body []byte, _ time.Time) error {
-	raw := get(h, v.header)
+	header, raw := v.headers[0], ""
+	for _, name := range v.headers {
+		if raw = get(h, name); raw != "" {
+			header = name
+			break
+		}
+	}
 	if raw == "" {
-		return missing(v.header)
+		return missingAny(v.headers)
 	}
 	mac, err := v.format.parse(raw)
 	if err != nil {
-		return malformed(v.header, err)
+		return malformed(header, err)
 	}
 	if !anyMatch(v.keys, [][]byte{mac}, body) {
-		return mismatch(v.header)
+		return mismatch(header)
 	}
 	return nil
 }
 
+// resign signs again every spelling the recording carries, or the first
+// when it carries none.
 func (v *bodyMAC) resign(h http.Header, body []byte, _ time.Time) error {
 	// A stale signature that no longer matches is worse than none: a
 	// downstream checker would reject the replay for the wrong reason.
 	for _, name := range v.stale {
 		deleteHeader(h, name)
 	}
-	setHeader(h, v.header, v.format.format(computeMAC(v.keys[0], body)))
+	value := v.format.format(computeMAC(v.keys[0], body))
+	set := false
+	for _, name := range v.headers {
+		if lookupHeader(h, name) != "" {
+			setHeader(h, name, value)
+			set = true
+		}
+	}
+	if !set {
+		setHeader(h, v.headers[0], value)
+	}
 	return nil
 }
 
@@ -191,50 +231,52 @@ func slackBase(ts string) []byte {
 	return []byte("v0:" + ts + ":")
 }
 
-// standardVerifier implements the symmetric (v1) Standard Webhooks scheme.
+// standardVerifier implements the symmetric (v1) Standard Webhooks scheme,
+// under either spelling of its headers.
 type standardVerifier struct {
 	keys      [][]byte
 	tolerance time.Duration
 }
 
 func (v *standardVerifier) Verify(h Headers, body []byte, now time.Time) error {
-	id := get(h, headerStandardID)
+	names, id := standardNamesOf(h)
 	if id == "" {
-		return missing(headerStandardID)
+		return missingAny([]string{standardNames.id, svixNames.id})
 	}
-	rawTS := get(h, headerStandardTimestamp)
+	rawTS := get(h, names.timestamp)
 	if rawTS == "" {
-		return missing(headerStandardTimestamp)
+		return missing(names.timestamp)
 	}
-	rawSig := get(h, headerStandardSignature)
+	rawSig := get(h, names.signature)
 	if rawSig == "" {
-		return missing(headerStandardSignature)
+		return missing(names.signature)
 	}
 	ts, err := parseUnixTimestamp(rawTS)
 	if err != nil {
-		return malformed(headerStandardTimestamp, err)
+		return malformed(names.timestamp, err)
 	}
 	macs, err := parseStandardSignatures(rawSig)
 	if err != nil {
-		return malformed(headerStandardSignature, err)
+		return malformed(names.signature, err)
 	}
-	if err := checkTolerance(headerStandardTimestamp, ts, now, v.tolerance); err != nil {
+	if err := checkTolerance(names.timestamp, ts, now, v.tolerance); err != nil {
 		return err
 	}
 	if !anyMatch(v.keys, macs, []byte(id), dot, []byte(rawTS), dot, body) {
-		return mismatch(headerStandardSignature)
+		return mismatch(names.signature)
 	}
 	return nil
 }
 
-// resign keeps the recorded webhook-id: it is the receiver's idempotency
-// key, and a new one would make a replay look like a different message.
+// resign keeps the recorded ID, and its spelling: it is the receiver's
+// idempotency key, and a new one would make a replay look like a different
+// message.
 func (v *standardVerifier) resign(h http.Header, body []byte, now time.Time) error {
-	id := lookupHeader(h, headerStandardID)
+	names, id := standardNamesOf(recorded(h))
 	if id == "" {
-		return missing(headerStandardID)
+		return missingAny([]string{standardNames.id, svixNames.id})
 	}
-	for name, value := range signStandard(v.keys[0], id, now, body) {
+	for name, value := range names.sign(v.keys[0], id, now, body) {
 		setHeader(h, name, value)
 	}
 	return nil

@@ -84,6 +84,22 @@ var schemeCases = []schemeCase{
 		timestamps: true,
 	},
 	{
+		name:      "standard-webhooks with Svix's header names",
+		cfg:       signature.Config{Scheme: signature.StandardWebhooks},
+		oldSecret: specSecret, newSecret: whsec("a freshly rotated key, 32 bytes"),
+		sign: signSvix, sigHeader: "svix-signature",
+		required:   []string{"svix-timestamp", "svix-signature"}, // without svix-id it is webhook-id that is missing
+		malformed:  []string{"g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", "v1,not-base64"},
+		timestamps: true,
+	},
+	{
+		name:      "shopify Events deliveries",
+		cfg:       signature.Config{Scheme: signature.Shopify},
+		oldSecret: "old shopify secret", newSecret: "new shopify secret",
+		sign: signShopifyEvents, sigHeader: "Shopify-Hmac-Sha256",
+		malformed: []string{"not base64!", "AAAA"},
+	},
+	{
 		name:      "hmac-sha256 hex",
 		cfg:       signature.Config{Scheme: signature.HMACSHA256, Header: "X-Signature"},
 		oldSecret: "old generic", newSecret: "new generic",
@@ -320,11 +336,13 @@ func TestMalformedTimestamps(t *testing.T) {
 		v := c.verifier(t, c.oldSecret)
 		for _, bad := range []string{"soon", "-1", "+1773500966", "1773500966.5", "01773500966", "99999999999999999999"} {
 			h := c.sign(c.oldSecret, body, now)
-			switch c.name {
-			case "stripe":
+			switch {
+			case c.name == "stripe":
 				h.Set("Stripe-Signature", "t="+bad+h.Get("Stripe-Signature")[len("t=1773500966"):])
-			case "slack":
+			case c.name == "slack":
 				h.Set("X-Slack-Request-Timestamp", bad)
+			case h.Get("svix-timestamp") != "":
+				h.Set("svix-timestamp", bad)
 			default:
 				h.Set("webhook-timestamp", bad)
 			}
@@ -364,5 +382,59 @@ func TestErrorMessages(t *testing.T) {
 	}
 	if errors.Is(errors.New("missing_signature"), signature.ErrMissing) {
 		t.Error("a foreign error matched ErrMissing")
+	}
+}
+
+// The spelling is chosen by the ID header, as the request-ID preset
+// (header:webhook-id|header:svix-id) chooses: the ID a delivery is keyed on
+// is always one its signature covers.
+func TestStandardWebhooksHeaderSpellings(t *testing.T) {
+	body := []byte(specBody)
+	at := time.Unix(specTS, 0)
+	v, err := signature.New(signature.Config{Scheme: signature.StandardWebhooks, Secrets: []string{specSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	std := http.Header{}
+	std.Set("webhook-id", specID)
+	std.Set("webhook-timestamp", "1614265330")
+	std.Set("webhook-signature", specSig)
+	svix := http.Header{}
+	svix.Set("svix-id", specID)
+	svix.Set("svix-timestamp", "1614265330")
+	svix.Set("svix-signature", specSig)
+	both := std.Clone()
+	for k, vs := range svix {
+		both[k] = vs
+	}
+	forged := svix.Clone()
+	forged.Set("webhook-id", "msg_chosen_by_someone_else")
+	for _, tc := range []struct {
+		name   string
+		h      http.Header
+		want   error
+		header string
+	}{
+		{"webhook-*", std, nil, ""},
+		{"svix-*", svix, nil, ""},
+		{"both", both, nil, ""},
+		{"a webhook-id beside signed svix-* headers", forged, signature.ErrMissing, "webhook-timestamp"},
+		{"neither", http.Header{}, signature.ErrMissing, "webhook-id"},
+	} {
+		err := v.Verify(tc.h, body, at)
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		var se *signature.Error
+		if !errors.Is(err, tc.want) || !errors.As(err, &se) || se.Header != tc.header {
+			t.Errorf("%s: %v, want %v naming %s", tc.name, err, tc.want, tc.header)
+		}
+	}
+	err = v.Verify(http.Header{}, body, at)
+	if want := "signature: header webhook-id: missing (and so is svix-id)"; err == nil || err.Error() != want {
+		t.Errorf("neither: %q, want %q", err, want)
 	}
 }
