@@ -258,6 +258,11 @@ func orNull(s string) *string {
 // a validated Delivery, or an error blaming the field at fault. Nothing is
 // written for a request that fails here.
 func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
+	// The server read up to the largest max_body of any source: a chunked
+	// body is checked against its own source's here.
+	if n := len(c.Request().Body()); n > src.MaxBody {
+		return webhookd.Delivery{}, tooLarge(src.Name, src.MaxBody, n)
+	}
 	// Bodies are taken as sent: Fiber's Body would inflate a compressed one
 	// past max_body, before the signature check, and swap a broken one for
 	// its error message.
@@ -308,6 +313,7 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 		if d.VersionOrder, err = versioning.Parse(src.VersionFormat, d.Version); err != nil {
 			return d, webhookd.FieldErrorf("version", "version %q is not a valid %s version", d.Version, src.VersionFormat)
 		}
+		d.AcceptTies = src.VersionTies == versioning.TiesAccept
 	}
 	if d.Fingerprint, err = dedupe.Fingerprint(body, src.exclude); err != nil {
 		return d, webhookd.FieldErrorf("body", "cannot fingerprint body: %v", err)
