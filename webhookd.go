@@ -12,11 +12,13 @@ type Decision string
 
 const (
 	// Accepted is new work: an unseen request ID whose version, if any, is
-	// newer than the resource's latest accepted version.
+	// newer than the resource's latest accepted version (or equal to it,
+	// where the source accepts ties).
 	Accepted Decision = "accepted"
 	// Duplicate is a redelivery of a request ID already held, same payload.
 	Duplicate Decision = "duplicate"
-	// Stale is a new request ID whose version is not newer than the latest.
+	// Stale is a new request ID whose version is not newer than the latest
+	// (or, where the source accepts ties, older than it).
 	Stale Decision = "stale"
 	// Conflict is a known request ID arriving with a different payload.
 	Conflict Decision = "conflict"
@@ -37,6 +39,10 @@ type Delivery struct {
 	VersionOrder uint64
 	Fingerprint  string // hex SHA-256 of the payload, see dedupe.Fingerprint
 	ReceivedAt   time.Time
+
+	// AcceptTies is set when the source accepts a version equal to the
+	// resource's latest accepted one (versioning.TiesAccept).
+	AcceptTies bool
 
 	// Forward is set when the source forwards accepted deliveries; the store
 	// then writes an outbox entry with the body and headers below.

@@ -154,6 +154,9 @@ func TestParseFillsTheDefaultsInEffect(t *testing.T) {
 	if h.Verify.Encoding != "hex" || pay.Verify.Encoding != "" {
 		t.Errorf("encoding: hmac-sha256 %q, stripe %q", h.Verify.Encoding, pay.Verify.Encoding)
 	}
+	if pay.VersionTies != "" || h.VersionTies != versioning.TiesStale {
+		t.Errorf("version_ties: %q without a version, %q with one; want none and stale", pay.VersionTies, h.VersionTies)
+	}
 }
 
 // FuzzParse checks that the walk names every problem yaml's own decoding

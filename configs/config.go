@@ -39,7 +39,7 @@ type Config struct {
 	DataDir         string        `yaml:"data_dir"` // the badger backend's directory; ./data unless set
 	Storage         Storage       `yaml:"storage"`
 	ReceiptTTL      time.Duration `yaml:"receipt_ttl" validate:"gte=1s"`
-	MaxBody         int           `yaml:"max_body" validate:"gt=0"` // the storage backend checks it against what it can store
+	MaxBody         int           `yaml:"max_body" validate:"gt=0"` // of sources without a provider preset; the storage backend checks every source's
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout" validate:"gt=0"`
 	Log             Log           `yaml:"log"`
 	Admin           Admin         `yaml:"admin"`
@@ -163,7 +163,15 @@ type Source struct {
 	Resource   string `yaml:"resource" validate:"omitempty,selector"`
 	Version    string `yaml:"version" validate:"omitempty,selector"`
 	// VersionFormat is empty, and not printed, when there is no version.
-	VersionFormat      versioning.Format         `yaml:"version_format,omitempty" validate:"omitempty,oneof=integer timestamp"`
+	VersionFormat versioning.Format `yaml:"version_format,omitempty" validate:"omitempty,oneof=integer timestamp"`
+	// VersionTies says what the stale rule does with a version equal to
+	// the latest accepted one; empty, and not printed, when there is no
+	// version.
+	VersionTies versioning.Ties `yaml:"version_ties,omitempty" validate:"omitempty,oneof=stale accept"`
+	// MaxBody is the largest body the source takes, in bytes: its verify
+	// scheme's provider preset (signature.MaxBodyFor), else the global
+	// max_body.
+	MaxBody            int                       `yaml:"max_body" validate:"gte=0"`
 	FingerprintExclude []string                  `yaml:"fingerprint_exclude" validate:"dive,json_path"`
 	Responses          map[webhookd.Decision]int `yaml:"responses" validate:"dive,keys,oneof=accepted duplicate stale conflict,endkeys,gte=200,lte=599,with_body"`
 	// Verify is nil when deliveries are not signed.
@@ -250,7 +258,7 @@ func Parse(data []byte) (*Config, error) {
 	_, dataDirSet := check.lines["data_dir"]
 	cfg.setStorageDefaults(dataDirSet)
 	for i := range cfg.Sources {
-		cfg.Sources[i].setDefaults()
+		cfg.Sources[i].setDefaults(cfg.MaxBody)
 	}
 	if err := cfg.Validate(); err != nil {
 		var verr *ValidationError
@@ -316,9 +324,12 @@ func expandEnv(n *yaml.Node) map[*yaml.Node][]string {
 	return unset
 }
 
-func (s *Source) setDefaults() {
+// setDefaults fills what the source leaves unset; maxBody is the global
+// max_body.
+func (s *Source) setDefaults(maxBody int) {
 	if s.Version != "" {
 		setDefault(&s.VersionFormat, versioning.Integer)
+		setDefault(&s.VersionTies, versioning.TiesStale)
 	}
 	// Every decision's status is filled in, so that the effective
 	// configuration shows what each one answers.
@@ -340,6 +351,10 @@ func (s *Source) setDefaults() {
 			setDefault(&v.Encoding, "hex")
 		}
 	}
+	if s.Verify != nil {
+		setDefault(&s.MaxBody, signature.MaxBodyFor(s.Verify.Scheme))
+	}
+	setDefault(&s.MaxBody, maxBody)
 	if f := s.Forward; f != nil {
 		setDefault(&f.Timeout, 10*time.Second)
 		setDefault(&f.Concurrency, 8)
@@ -376,6 +391,16 @@ func DefaultStatus(d webhookd.Decision) int {
 	default:
 		return 200
 	}
+}
+
+// LargestBody returns the largest max_body of any source: what the HTTP
+// server must be ready to read before it knows the source.
+func (c *Config) LargestBody() int {
+	largest := c.MaxBody
+	for _, s := range c.Sources {
+		largest = max(largest, s.MaxBody)
+	}
+	return largest
 }
 
 // Source returns the source called name.
@@ -417,6 +442,9 @@ func (c *Config) Validate() error {
 		}
 		if s.Version == "" && s.VersionFormat != "" {
 			add(src+"version_format", "set without version")
+		}
+		if s.Version == "" && s.VersionTies != "" {
+			add(src+"version_ties", "set without version")
 		}
 		if s.Verify != nil && slices.Contains(signature.Schemes(), s.Verify.Scheme) {
 			if _, err := signature.New(s.Verify.Signature()); err != nil {

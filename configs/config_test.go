@@ -146,6 +146,9 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 		{"bad log level", `{log: {level: loud}, sources: [{name: a, request_id: "json:id"}]}`, []string{"log.level: must be one of: debug, info, warn, error"}},
 		{"unknown field", `{sources: [{name: a, request_id: "json:id", requestid: "json:x"}]}`, []string{"sources[0].requestid: unknown field (did you mean request_id?)"}},
 		{"version format without version", `sources: [{name: a, request_id: "json:id", version_format: integer}]`, []string{"sources[0].version_format: set without version"}},
+		{"version ties without version", `sources: [{name: a, request_id: "json:id", version_ties: accept}]`, []string{"sources[0].version_ties: set without version"}},
+		{"bad version ties", `sources: [{name: a, request_id: "json:id", resource: "json:r", version: "json:v", version_ties: allow}]`, []string{"sources[0].version_ties: must be one of: stale, accept (got allow)"}},
+		{"negative source max_body", `sources: [{name: a, request_id: "json:id", max_body: -1}]`, []string{"sources[0].max_body: must be at least 0 (got -1)"}},
 		{"reserved source name", `sources: [{name: unknown, request_id: "json:id"}]`, []string{`sources[0].name: "unknown" is reserved`}},
 		{"retries that overflow the window check", `{sources: [{name: a, request_id: "json:id", forward: {url: "http://127.0.0.1:9/", max_attempts: 30000000, timeout: 1h, backoff: {max: 1000h}}}]}`, []string{"sources[0].forward.max_attempts: retries may take up to"}},
 		{"negative reserve", `{storage: {min_free: -1}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.min_free: must be at least 0 (got -1)"}},
@@ -275,5 +278,30 @@ func TestSelectorAlternatives(t *testing.T) {
 		if got := cfg.Sources[0].RequestID; got != spec {
 			t.Errorf("request_id = %q, want %q as written", got, spec)
 		}
+	}
+}
+
+// A source's max_body is its own, else its provider's preset, else the
+// global one; the HTTP server reads up to the largest.
+func TestSourceMaxBody(t *testing.T) {
+	cfg, err := Parse([]byte(`max_body: 2048
+sources:
+  - { name: gh, verify: { scheme: github, secrets: [s] } }
+  - { name: pay, verify: { scheme: stripe, secrets: [s] } }
+  - { name: plain, request_id: json:id }
+  - { name: mac, request_id: json:id, verify: { scheme: hmac-sha256, secrets: [s], header: X-Sig } }
+  - { name: own, max_body: 4096, verify: { scheme: github, secrets: [s] } }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"gh": 25 << 20, "pay": 10 << 20, "plain": 2048, "mac": 2048, "own": 4096}
+	for _, s := range cfg.Sources {
+		if s.MaxBody != want[s.Name] {
+			t.Errorf("%s: max_body %d, want %d", s.Name, s.MaxBody, want[s.Name])
+		}
+	}
+	if got := cfg.LargestBody(); got != 25<<20 {
+		t.Errorf("LargestBody = %d, want %d", got, 25<<20)
 	}
 }

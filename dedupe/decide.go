@@ -39,9 +39,9 @@ func LatestFor(held *Receipt, d *webhookd.Delivery) string {
 // A held request ID is a duplicate or a conflict, judged by the receipt
 // it repeats, and only its receipt changes: one more delivery, and the
 // TTL runs from it. A new request ID is stale when its version is not
-// newer than the latest, and accepted otherwise; an accepted version
-// becomes the latest, and an accepted delivery of a forwarding source is
-// enqueued.
+// newer than the latest (older, when d's source accepts ties), and
+// accepted otherwise; an accepted version, a tie included, becomes the
+// latest, and an accepted delivery of a forwarding source is enqueued.
 func Decide(held *Receipt, latest *versioning.Latest, d *webhookd.Delivery) Plan {
 	var out webhookd.Outcome
 	if latest != nil {
@@ -60,7 +60,7 @@ func Decide(held *Receipt, latest *versioning.Latest, d *webhookd.Delivery) Plan
 
 	ordering := versioning.Unordered
 	if d.Resource != "" && d.Version != "" {
-		ordering = versioning.Order(latest, d.VersionOrder)
+		ordering = versioning.Order(latest, d.VersionOrder, d.AcceptTies)
 	}
 	out.Decision = webhookd.Accepted
 	if ordering == versioning.Stale {
@@ -108,6 +108,8 @@ func Reason(ordering versioning.Ordering, version, latest string) string {
 		return unseen + "first version " + version + " of the resource"
 	case versioning.Newer:
 		return unseen + "version " + version + " is newer than the latest accepted version " + latest
+	case versioning.Tie:
+		return unseen + "version " + version + " equals the latest accepted version " + latest + "; ties are accepted in arrival order"
 	case versioning.Stale:
 		return unseen + "version " + version + " is not newer than the latest accepted version " + latest + ", so it was recorded and not applied"
 	}

@@ -17,6 +17,12 @@ func TestDecide(t *testing.T) {
 		}
 		return d
 	}
+	// tied is a forwarded delivery of a source that accepts ties.
+	tied := func(version uint64) *webhookd.Delivery {
+		d := delivery(version, true)
+		d.AcceptTies = true
+		return d
+	}
 	v3 := &versioning.Latest{Version: "3", Order: 3, RequestID: "q"}
 	held := &Receipt{Source: "s", RequestID: "r", Resource: "res", Version: "5", Decision: webhookd.Accepted, PayloadSHA256: "aaa",
 		Attempts: 1, Deliveries: []Delivery{{DeliveryID: "d1", Decision: webhookd.Accepted}},
@@ -41,6 +47,10 @@ func TestDecide(t *testing.T) {
 		{"new, newer version", nil, v3, delivery(4, true), webhookd.Accepted, versioning.Newer, "4", true, true},
 		{"new, same version", nil, v3, delivery(3, true), webhookd.Stale, versioning.Stale, "3", false, false},
 		{"new, older version", nil, v3, delivery(2, true), webhookd.Stale, versioning.Stale, "3", false, false},
+		{"new, same version, ties accepted", nil, v3, tied(3), webhookd.Accepted, versioning.Tie, "3", true, true},
+		{"new, older version, ties accepted", nil, v3, tied(2), webhookd.Stale, versioning.Stale, "3", false, false},
+		{"new, newer version, ties accepted", nil, v3, tied(4), webhookd.Accepted, versioning.Newer, "4", true, true},
+		{"held, same version, ties accepted", held, v3, tied(3), webhookd.Duplicate, "", "3", false, false},
 		{"held, same payload", held, v3, delivery(9, true), webhookd.Duplicate, "", "3", false, false},
 		{"held, same payload, no latest", held, nil, delivery(0, true), webhookd.Duplicate, "", "", false, false},
 		{"held, other payload", &other, v3, delivery(9, true), webhookd.Conflict, "", "3", false, false},
@@ -110,6 +120,7 @@ func TestReason(t *testing.T) {
 		{versioning.Unordered, "", "", "request ID not seen before; the source has no resource version to order by"},
 		{versioning.First, "3", "", "request ID not seen before; first version 3 of the resource"},
 		{versioning.Newer, "4", "3", "request ID not seen before; version 4 is newer than the latest accepted version 3"},
+		{versioning.Tie, "3", "3", "request ID not seen before; version 3 equals the latest accepted version 3; ties are accepted in arrival order"},
 		{versioning.Stale, "2", "3", "request ID not seen before; version 2 is not newer than the latest accepted version 3, so it was recorded and not applied"},
 	}
 	for _, tt := range tests {

@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/versioning"
 )
 
 // Outcome is what the dedupe rule says about a request ID.
@@ -110,6 +111,9 @@ func (r *Receipt) ResidualRisk() []string {
 		risks = append(risks, "the source does not forward: webhookd recorded the decision and nothing else acted on it")
 	case r.Decision == webhookd.Stale:
 		risks = append(risks, "the payload was not applied: if the newer version it lost to was itself wrong, the sender must send a newer version")
+	}
+	if r.OrderingDecision == string(versioning.Tie) {
+		risks = append(risks, "the version equals the one accepted before it: the two are ordered by arrival, which need not be the order the sender made the changes in")
 	}
 	if r.Resource == "" {
 		risks = append(risks, "no resource version: updates to one entity are not checked for order")

@@ -2,11 +2,13 @@ package dedupe
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/versioning"
 )
 
 func TestClassify(t *testing.T) {
@@ -86,5 +88,16 @@ func TestResidualRiskNamesTheIdempotencyKeyWhenForwarded(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("residual risk %q does not tell the downstream to deduplicate", r.ResidualRisk())
+	}
+}
+
+func TestResidualRiskOfATieNamesArrivalOrder(t *testing.T) {
+	tie := Receipt{Decision: webhookd.Accepted, Resource: "x", OrderingDecision: string(versioning.Tie)}
+	newer := Receipt{Decision: webhookd.Accepted, Resource: "x", OrderingDecision: string(versioning.Newer)}
+	says := func(r Receipt) bool {
+		return slices.ContainsFunc(r.ResidualRisk(), func(risk string) bool { return strings.Contains(risk, "ordered by arrival") })
+	}
+	if !says(tie) || says(newer) {
+		t.Errorf("arrival order named for a tie %v, for a newer version %v; want only the tie", says(tie), says(newer))
 	}
 }

@@ -11,8 +11,8 @@ import (
 const drainTime = 10 * time.Second
 
 // drainBytes bounds how much of a refused connection is drained: enough
-// for a body ten times max_body, which a sender that got max_body wrong may
-// well send.
+// for a body ten times maxBody, the max_body of the source it was sent to,
+// which a sender that got max_body wrong may well send.
 func drainBytes(maxBody int) int64 { return 16 * int64(maxBody) }
 
 // drainListener hands out connections that can be drained before they
@@ -23,10 +23,9 @@ func drainBytes(maxBody int) int64 { return 16 * int64(maxBody) }
 // answer reports a transport error and sends the same request again.
 // Like nginx's lingering close, a drained connection first tells the client
 // the answer is complete, then reads and discards what still comes, within
-// maxBytes and drainTime, then closes.
+// its bound and drainTime, then closes.
 type drainListener struct {
 	net.Listener
-	maxBytes int64
 }
 
 func (l drainListener) Accept() (net.Conn, error) {
@@ -34,25 +33,24 @@ func (l drainListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &drainConn{Conn: c, maxBytes: l.maxBytes}, nil
+	return &drainConn{Conn: c}, nil
 }
 
 type drainConn struct {
 	net.Conn
-	maxBytes int64
-	drain    atomic.Bool
+	drain atomic.Int64 // bytes to drain at Close; 0: none
 }
 
-// drainOnClose makes the next Close drain the connection first.
-func (c *drainConn) drainOnClose() { c.drain.Store(true) }
+// drainOnClose makes the next Close drain up to maxBytes first.
+func (c *drainConn) drainOnClose(maxBytes int64) { c.drain.Store(maxBytes) }
 
 func (c *drainConn) Close() error {
-	if c.drain.Load() {
+	if n := c.drain.Load(); n > 0 {
 		if tc, ok := c.Conn.(*net.TCPConn); ok {
 			tc.CloseWrite()
 		}
 		c.Conn.SetReadDeadline(time.Now().Add(drainTime))
-		io.CopyN(io.Discard, c.Conn, c.maxBytes)
+		io.CopyN(io.Discard, c.Conn, n)
 	}
 	return c.Conn.Close()
 }

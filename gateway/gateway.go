@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -147,9 +148,12 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 		s.sources[src.Name] = src
 	}
 	// Strict: "/hooks/billing/" is not source billing, it is no path at all.
-	s.public = s.newApp(fiber.Config{BodyLimit: cfg.MaxBody, StrictRouting: true, ErrorHandler: s.handlePublicError})
-	s.maxBody = cfg.MaxBody
-	guardBodies(s.public.Server(), cfg.MaxBody)
+	// The server reads a body before any route runs: it is ready for the
+	// largest any source takes, and each source's own is checked by the
+	// limit of the header (guardBodies) and by handleHook.
+	s.maxBody = cfg.LargestBody()
+	s.public = s.newApp(fiber.Config{BodyLimit: s.maxBody, StrictRouting: true, ErrorHandler: s.handlePublicError})
+	s.guardBodies(s.public.Server())
 	s.public.Get("/healthz", s.handleHealthz)
 	s.public.Get("/readyz", s.handleReadyz)
 	s.public.All("/hooks/:source", s.handleHook)
@@ -197,28 +201,66 @@ func (s *Server) newApp(cfg fiber.Config) *fiber.App {
 // ran: its body was over max_body, or its header too large or malformed.
 type refusedByServer struct{}
 
-// guardBodies makes srv refuse a body over maxBody before reading it, and
-// answer every request it refuses so that the client reads the answer:
-//   - a Content-Length over maxBody is refused as soon as the header is
-//     read, with 413 and no "100 Continue" first: without its Expect
-//     header, fasthttp checks the length before it waits for the body;
+// guardBodies makes srv refuse a body over its source's max_body before
+// reading it, where it can, and answer every request it refuses so that
+// the client reads the answer:
+//   - a Content-Length over the max_body of the source the path names is
+//     refused as soon as the header is read, with 413 and no "100
+//     Continue" first: without its Expect header, fasthttp checks the
+//     length before it waits for the body;
+//   - a chunked body is read up to the largest max_body of any source:
+//     fasthttp forgets the path of a request whose chunked body overruns,
+//     and the answer could not name its source. handleHook checks the
+//     source's own limit once the body is read;
 //   - a refused connection is drained before it closes (drainConn), when
 //     it came from a drainListener.
-func guardBodies(srv *fasthttp.Server, maxBody int) {
+func (s *Server) guardBodies(srv *fasthttp.Server) {
 	srv.HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-		if h.ContentLength() > maxBody {
+		length := h.ContentLength()
+		if length < 0 {
+			return fasthttp.RequestConfig{}
+		}
+		_, limit := s.bodyLimit(h.RequestURI())
+		if length > limit {
 			h.Del(fiber.HeaderExpect)
 		}
-		return fasthttp.RequestConfig{}
+		return fasthttp.RequestConfig{MaxRequestBodySize: limit}
 	}
 	answer := srv.ErrorHandler // Fiber's: it calls the app's error handler
 	srv.ErrorHandler = func(ctx *fasthttp.RequestCtx, err error) {
 		if c, ok := ctx.Conn().(*drainConn); ok {
-			c.drainOnClose()
+			_, limit := s.bodyLimit(ctx.Request.Header.RequestURI())
+			c.drainOnClose(drainBytes(limit))
 		}
 		ctx.SetUserValue(refusedByServer{}, true)
 		answer(ctx, err)
 	}
+}
+
+// bodyLimit returns the source a request URI names and its max_body, or
+// "" and the largest max_body of any source when it names none.
+func (s *Server) bodyLimit(uri []byte) (source string, limit int) {
+	path, _, _ := bytes.Cut(uri, []byte("?"))
+	if name, ok := bytes.CutPrefix(path, []byte("/hooks/")); ok {
+		if src, known := s.sources[string(name)]; known {
+			return src.Name, src.MaxBody
+		}
+	}
+	return "", s.maxBody
+}
+
+// tooLarge refuses a body over limit, the max_body of source, or, when
+// source is "", the largest of any source. length is the body's length,
+// or -1 when it is not known (a chunked body that overran).
+func tooLarge(source string, limit, length int) error {
+	size := fmt.Sprintf("body is over %d bytes", limit)
+	if length >= 0 {
+		size = fmt.Sprintf("body is %d bytes", length)
+	}
+	if source == "" {
+		return &webhookd.Error{Code: webhookd.ETOOLARGE, Field: "body", Message: fmt.Sprintf("%s; no source takes more than %d", size, limit)}
+	}
+	return &webhookd.Error{Code: webhookd.ETOOLARGE, Field: "body", Message: fmt.Sprintf("%s; source %s takes at most %d", size, source, limit)}
 }
 
 // Public and Admin expose the apps, for tests through app.Test.
@@ -236,7 +278,7 @@ func (s *Server) Open() error {
 		s.publicLn.Close()
 		return fmt.Errorf("admin listen %s: %w", s.adminAd, err)
 	}
-	go s.serve(s.public, drainListener{Listener: s.publicLn, maxBytes: drainBytes(s.maxBody)})
+	go s.serve(s.public, drainListener{s.publicLn})
 	go s.serve(s.admin, s.adminLn)
 	return nil
 }
@@ -367,6 +409,17 @@ func (s *Server) sourceLabel(name string) string {
 // those are counted under the unknown source.
 func (s *Server) handlePublicError(c *fiber.Ctx, err error) error {
 	source, hook := strings.CutPrefix(c.Path(), "/hooks/")
+	var fe *fiber.Error
+	if errors.As(err, &fe) && fe.Code == fiber.StatusRequestEntityTooLarge {
+		// The server's refusal of a body over the limit of the header
+		// (guardBodies): say which limit.
+		name, limit := s.bodyLimit(c.Request().Header.RequestURI())
+		length := c.Request().Header.ContentLength()
+		if length <= limit {
+			length = -1
+		}
+		err = tooLarge(name, limit, length)
+	}
 	if c.GetRespHeader("Webhook-Decision") == "" && (hook || c.Locals(refusedByServer{}) != nil) {
 		status, body := errorStatus(err)
 		reason := reasonOf(err)

@@ -592,8 +592,8 @@ func TestBodyOverMaxBodyIs413(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
 		t.Fatalf("413 answer is not JSON: %v", err)
 	}
-	if resp.StatusCode != 413 || answer["error"] == "" {
-		t.Errorf("got %d %v, want 413 with an error", resp.StatusCode, answer)
+	if want := "body is 3029 bytes; source billing takes at most 2048"; resp.StatusCode != 413 || answer["error"] != want {
+		t.Errorf("got %d %v, want 413 saying %q", resp.StatusCode, answer, want)
 	}
 	if f.hasReceipt("billing", "big") {
 		t.Error("a receipt was written for a body over max_body")

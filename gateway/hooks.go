@@ -285,9 +285,15 @@ func orNull(s string) *string {
 	return &s
 }
 
-// authenticate checks the signature on the raw body. Nothing is written
-// for a request that fails here.
+// authenticate checks the body's size against the source's max_body and
+// the signature on the raw body. Nothing is written for a request that
+// fails here.
 func (s *Server) authenticate(c *fiber.Ctx, src *source) error {
+	// The server read up to the largest max_body of any source: a chunked
+	// body is checked against its own source's here.
+	if n := len(c.Request().Body()); n > src.MaxBody {
+		return tooLarge(src.Name, src.MaxBody, n)
+	}
 	// Bodies are taken as sent: Fiber's Body would inflate a compressed one
 	// past max_body, before the signature check, and swap a broken one for
 	// its error message.
@@ -381,6 +387,7 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 		if d.VersionOrder, err = versioning.Parse(src.VersionFormat, d.Version); err != nil {
 			return d, webhookd.FieldErrorf("version", "version %q is not a valid %s version", d.Version, src.VersionFormat)
 		}
+		d.AcceptTies = src.VersionTies == versioning.TiesAccept
 	}
 	if d.Fingerprint, err = dedupe.Fingerprint(body, src.exclude); err != nil {
 		return d, webhookd.FieldErrorf("body", "cannot fingerprint body: %v", err)

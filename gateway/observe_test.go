@@ -61,7 +61,7 @@ func TestObserverIsToldOfEveryAnswer(t *testing.T) {
 		"billing  rejected invalid body is not valid JSON",
 		"unknown  rejected unknown_source unknown source \"nosuch\"",
 		"billing  rejected internal internal error",
-		"billing  rejected too_large request entity too large",
+		"billing  rejected too_large body is 3029 bytes; source billing takes at most 2048",
 	}
 	if !slices.Equal(o.got, want) {
 		t.Errorf("observed:\n%s\nwant:\n%s", strings.Join(o.got, "\n"), strings.Join(want, "\n"))

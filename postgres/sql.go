@@ -50,10 +50,10 @@ const (
 		$7::text[], $8::timestamptz[]) AS x(s, id, fs, was, a, ls, dl, ex)
 	WHERE r.source = x.s AND r.request_id = x.id AND r.first_seen = x.fs AND r.attempts = x.was`
 
-	// upsertLatest moves latest versions forward only: to a newer order
-	// than the current, and only from the one the batch read ($7, NULL
-	// when it read none), so that no decision rests on a version another
-	// transaction replaced.
+	// upsertLatest never moves latest versions backwards: to an order not
+	// below the current (an equal one is a tie its source accepts), and
+	// only from the one the batch read ($7, NULL when it read none), so
+	// that no decision rests on a version another transaction replaced.
 	upsertLatest = `WITH x AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::timestamptz[], $7::bigint[])
 			AS x(s, res, v, o, id, at, was)
@@ -62,7 +62,7 @@ const (
 	SELECT s, res, v, o, id, at FROM x
 	ON CONFLICT (source, resource) DO UPDATE SET
 		version = excluded.version, ord = excluded.ord, request_id = excluded.request_id, updated_at = excluded.updated_at
-	WHERE excluded.ord > webhookd_latest.ord
+	WHERE excluded.ord >= webhookd_latest.ord
 		AND webhookd_latest.ord = (SELECT was FROM x WHERE x.s = excluded.source AND x.res = excluded.resource)`
 
 	// insertOutbox appends entries in the order given, which is each

@@ -34,6 +34,7 @@ var words = [...]string{
 	string(webhookd.ForwardNone), string(webhookd.ForwardPending), string(webhookd.ForwardRetrying),
 	string(webhookd.ForwardDelivered), string(webhookd.ForwardDead), string(webhookd.ForwardDiscarded),
 	string(webhookd.ForwardSuperseded),
+	string(versioning.Tie),
 }
 
 var errMalformed = errors.New("malformed record")

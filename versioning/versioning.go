@@ -115,19 +115,41 @@ const (
 	First Ordering = "first"
 	// Newer: the version is greater than the latest accepted one.
 	Newer Ordering = "newer"
-	// Stale: the version is lower than or equal to the latest accepted one.
+	// Tie: the version equals the latest accepted one, and the source
+	// accepts ties (TiesAccept).
+	Tie Ordering = "tie"
+	// Stale: the version is lower than the latest accepted one, or equal
+	// to it where the source does not accept ties.
 	Stale Ordering = "stale"
 	// Unordered: the delivery has no version, so there is nothing to order.
 	Unordered Ordering = "unordered"
 )
 
-// Order applies the stale rule. latest is nil when the resource is new.
-func Order(latest *Latest, order uint64) Ordering {
+// Ties is what a source's stale rule does with a version equal to the
+// latest accepted one.
+type Ties string
+
+const (
+	// TiesStale refuses a tie: only a greater version is applied.
+	TiesStale Ties = "stale"
+	// TiesAccept applies a tie after the latest accepted version, in the
+	// order deliveries arrive. It is for versions too coarse to tell two
+	// changes apart (timestamps to the second): refusing ties there drops
+	// every change after the first within one tick, and arrival order is
+	// the best any receiver can do between versions that compare equal.
+	TiesAccept Ties = "accept"
+)
+
+// Order applies the stale rule. latest is nil when the resource is new;
+// acceptTies is set when the source accepts ties (TiesAccept).
+func Order(latest *Latest, order uint64, acceptTies bool) Ordering {
 	switch {
 	case latest == nil:
 		return First
 	case order > latest.Order:
 		return Newer
+	case order == latest.Order && acceptTies:
+		return Tie
 	default:
 		return Stale
 	}

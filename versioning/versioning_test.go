@@ -79,19 +79,24 @@ func TestParseUnknownFormat(t *testing.T) {
 func TestOrder(t *testing.T) {
 	latest := &Latest{Version: "10", Order: 10}
 	tests := []struct {
-		name   string
-		latest *Latest
-		order  uint64
-		want   Ordering
+		name       string
+		latest     *Latest
+		order      uint64
+		acceptTies bool
+		want       Ordering
 	}{
-		{"new resource", nil, 0, First},
-		{"greater", latest, 11, Newer},
-		{"equal is stale", latest, 10, Stale},
-		{"lower is stale", latest, 9, Stale},
-		{"zero after ten", latest, 0, Stale},
+		{"new resource", nil, 0, false, First},
+		{"new resource, ties accepted", nil, 0, true, First},
+		{"greater", latest, 11, false, Newer},
+		{"greater, ties accepted", latest, 11, true, Newer},
+		{"equal is stale", latest, 10, false, Stale},
+		{"equal is a tie where ties are accepted", latest, 10, true, Tie},
+		{"lower is stale", latest, 9, false, Stale},
+		{"lower is stale where ties are accepted", latest, 9, true, Stale},
+		{"zero after ten", latest, 0, true, Stale},
 	}
 	for _, tt := range tests {
-		if got := Order(tt.latest, tt.order); got != tt.want {
+		if got := Order(tt.latest, tt.order, tt.acceptTies); got != tt.want {
 			t.Errorf("%s: Order = %s, want %s", tt.name, got, tt.want)
 		}
 	}

@@ -245,7 +245,15 @@ func TestBodyTooLargeForTheBackendIsAConfigError(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := loadConfig(path, true)
-	if err == nil || !strings.Contains(err.Error(), "max_body: must be at most 33554432 with storage.backend badger (got 67108864)") {
+	if err == nil || !strings.Contains(err.Error(), "max_body: must be at most 33554432 with storage.backend badger (got 67108864)") ||
+		strings.Contains(err.Error(), "sources[0].max_body") {
+		t.Errorf("loadConfig: %v; want the global max_body named, and not the source that takes it", err)
+	}
+	if err := os.WriteFile(path, []byte("sources: [{name: a, request_id: \"json:id\", max_body: 33554433}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = loadConfig(path, true)
+	if err == nil || !strings.Contains(err.Error(), "sources[0].max_body: must be at most 33554432 with storage.backend badger (got 33554433)") {
 		t.Errorf("loadConfig: %v", err)
 	}
 }

@@ -150,9 +150,17 @@ func loadConfig(path string, explicit bool) (*configs.Config, error) {
 // which only the backend knows.
 func storageProblems(cfg *configs.Config) []configs.Problem {
 	var problems []configs.Problem
-	if limit := maxBody(cfg); cfg.MaxBody > limit {
+	limit := maxBody(cfg)
+	if cfg.MaxBody > limit {
 		problems = append(problems, configs.Problem{Path: "max_body",
 			Msg: fmt.Sprintf("must be at most %d with storage.backend %s (got %d)", limit, cfg.Storage.Backend, cfg.MaxBody)})
+	}
+	for i, s := range cfg.Sources {
+		// A source that took the global max_body has its problem named there.
+		if s.MaxBody > limit && s.MaxBody != cfg.MaxBody {
+			problems = append(problems, configs.Problem{Path: fmt.Sprintf("sources[%d].max_body", i),
+				Msg: fmt.Sprintf("must be at most %d with storage.backend %s (got %d)", limit, cfg.Storage.Backend, s.MaxBody)})
+		}
 	}
 	if cfg.Storage.Backend == configs.Postgres {
 		if err := postgres.CheckDSN(cfg.Storage.DSN); err != nil {

@@ -67,6 +67,7 @@ func Run(t *testing.T, open Open) {
 		{"DecisionMatrix", testDecisionMatrix},
 		{"ConcurrentDeliveriesAcceptOnce", testConcurrentDeliveriesAcceptOnce},
 		{"ConcurrentVersionsNeverMoveBackwards", testConcurrentVersions},
+		{"TiesWhereTheSourceAcceptsThem", testTies},
 		{"FailedCommitWritesNothing", testFailedCommitWritesNothing},
 		{"ReceiptsExpire", testReceiptsExpire},
 		{"LaneOrderAndHeadOnlyClaims", testLanes},
@@ -320,6 +321,63 @@ func testConcurrentVersions(t *testing.T, open Open) {
 	}
 	if !slices.IsSorted(got) {
 		t.Errorf("outbox versions %v are not in order", got)
+	}
+}
+
+// A source that accepts ties applies a version equal to the latest after
+// it, in arrival order; one that does not finds it stale. Older is stale
+// either way.
+func testTies(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	tie := func(requestID string, version uint64) webhookd.Delivery {
+		d := f.delivery(requestID, "inv", version, `{"id":"`+requestID+`"}`)
+		d.AcceptTies = true
+		return d
+	}
+	steps := []struct {
+		d        webhookd.Delivery
+		want     webhookd.Decision
+		ordering versioning.Ordering
+		latestID string // the latest version's request ID after the step
+	}{
+		{f.delivery("created", "inv", 5, `{"id":"created"}`), webhookd.Accepted, versioning.First, "created"},
+		{f.delivery("refused", "inv", 5, `{"id":"refused"}`), webhookd.Stale, versioning.Stale, "created"},
+		{tie("finalized", 5), webhookd.Accepted, versioning.Tie, "finalized"},
+		{tie("older", 4), webhookd.Stale, versioning.Stale, "finalized"},
+		{tie("paid", 5), webhookd.Accepted, versioning.Tie, "paid"},
+		{tie("finalized", 5), webhookd.Duplicate, versioning.Tie, "paid"},
+	}
+	for i, s := range steps {
+		if out := f.decide(s.d); out.Decision != s.want || out.LatestVersion != "5" {
+			t.Errorf("step %d, %s: %+v, want %s with latest 5", i, s.d.RequestID, out, s.want)
+		}
+		if r := f.receipt(s.d.RequestID); r.OrderingDecision != string(s.ordering) {
+			t.Errorf("step %d, %s: ordering %q, want %q", i, s.d.RequestID, r.OrderingDecision, s.ordering)
+		}
+		if l, err := f.b.Latest(ctx, source, "inv"); err != nil || l.Version != "5" || l.RequestID != s.latestID {
+			t.Errorf("step %d, %s: latest %+v, %v; want version 5 of %s", i, s.d.RequestID, l, err, s.latestID)
+		}
+	}
+	f.reopen()
+	r := f.receipt("finalized")
+	if want := dedupe.Reason(versioning.Tie, "5", "5"); r.Decision != webhookd.Accepted || r.LatestVersionAtDecision != "5" || r.Reason != want {
+		t.Errorf("tied receipt after reopening: %s, latest at decision %q, reason %q; want accepted, 5, %q", r.Decision, r.LatestVersionAtDecision, r.Reason, want)
+	}
+	// The lane holds the accepted versions in arrival order.
+	var lane []string
+	for {
+		claims := f.claim("one", 10, time.Minute)
+		if len(claims) == 0 {
+			break
+		}
+		if len(claims) != 1 || claims[0].Newer != (len(lane) < 2) {
+			t.Fatalf("claimed %v (newer %v) after %v", ids(claims), claims[0].Newer, lane)
+		}
+		lane = append(lane, claims[0].RequestID)
+		f.settle(claims[0], webhookd.ForwardDelivered)
+	}
+	if !slices.Equal(lane, []string{"created", "finalized", "paid"}) {
+		t.Errorf("lane sent %v, want created, finalized, paid", lane)
 	}
 }
 
