@@ -109,11 +109,13 @@ function tailRow(e) {
   badge.textContent = e.decision;
   cell(tr).append(badge);
   const id = cell(tr);
-  if (e.request_id) {
+  if (e.receipt) {
     const a = document.createElement("a");
     a.href = "/ui/receipt?" + new URLSearchParams({ source: e.source, request_id: e.request_id });
     a.textContent = e.request_id;
     id.append(a);
+  } else if (e.request_id) {
+    id.textContent = e.request_id;
   }
   cell(tr, e.delivery_id);
   cell(tr, e.resource);
