@@ -78,9 +78,12 @@ type Console struct {
 
 	records Records
 	sources []Source
-	auth    auth
-	logger  *zap.Logger
-	now     func() time.Time
+	// receiptTTL is how long a receipt, and the payload a redelivery
+	// sends, are kept.
+	receiptTTL time.Duration
+	auth       auth
+	logger     *zap.Logger
+	now        func() time.Time
 	*activity
 
 	pages   map[string]*template.Template
@@ -90,25 +93,27 @@ type Console struct {
 }
 
 // New returns the console of the admin token (none: every page refuses,
-// like the admin API), for sources, reading and repairing through records.
-func New(token string, sources []Source, records Records, logger *zap.Logger) *Console {
-	return newConsole(token, sources, records, logger, time.Now)
+// like the admin API), for sources whose receipts are kept for receiptTTL,
+// reading and repairing through records.
+func New(token string, sources []Source, receiptTTL time.Duration, records Records, logger *zap.Logger) *Console {
+	return newConsole(token, sources, receiptTTL, records, logger, time.Now)
 }
 
-func newConsole(token string, sources []Source, records Records, logger *zap.Logger, now func() time.Time) *Console {
+func newConsole(token string, sources []Source, receiptTTL time.Duration, records Records, logger *zap.Logger, now func() time.Time) *Console {
 	names := make([]string, len(sources))
 	for i, s := range sources {
 		names[i] = s.Name
 	}
 	c := &Console{
-		Disk:     noDisk{},
-		records:  records,
-		sources:  sources,
-		auth:     newAuth(token),
-		logger:   logger,
-		now:      now,
-		activity: newActivity(names, now),
-		closing:  make(chan struct{}),
+		Disk:       noDisk{},
+		records:    records,
+		sources:    sources,
+		receiptTTL: receiptTTL,
+		auth:       newAuth(token),
+		logger:     logger,
+		now:        now,
+		activity:   newActivity(names, now),
+		closing:    make(chan struct{}),
 	}
 	c.assets = loadAssets()
 	c.pages = c.parsePages()

@@ -216,7 +216,7 @@ func (m *Main) Run(ctx context.Context) error {
 		OutboxPending: func() (map[string]int, error) { return m.Store.Pending(context.Background()) },
 		DeadLetters:   m.Store.DeadLetterCounts,
 	}
-	m.Console = console.New(m.Config.Admin.Token, consoleSources(m.Config), m.Store, m.Logger.Named("console"))
+	m.Console = console.New(m.Config.Admin.Token, consoleSources(m.Config), m.Config.ReceiptTTL, m.Store, m.Logger.Named("console"))
 	// Badger's sizes and its data directory's free space; a PostgreSQL
 	// database's disk is the database's to watch.
 	if s, ok := m.Store.(*store.Store); ok {
