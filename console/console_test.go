@@ -648,3 +648,29 @@ func TestTheTailLinksOnlyDecisionsToReceipts(t *testing.T) {
 		t.Errorf("the tail links a refused request to a receipt it has not got:\n%s", tail.body)
 	}
 }
+
+// usage is a Disk that reports what a test sets.
+type usage Usage
+
+func (u usage) Usage(context.Context) (Usage, error) { return Usage(u), nil }
+
+func TestOverviewShowsTheDiskTheStoreTakes(t *testing.T) {
+	f := newFixture(t, token)
+	contains(t, "no disk reported", f.get("/ui/"), "not reported by this storage backend")
+
+	f.console.Disk = usage{Size: 60 << 10, Of: "data_dir on disk", Space: &Space{Free: 5 << 30, Ballast: 128 << 20, Reserve: 522 << 20}}
+	local := f.get("/ui/")
+	contains(t, "a local disk", local, "60.0 KiB <span class=\"hint\">data_dir on disk</span>", "5.0 GiB", "<dt>Ballast</dt><dd>128.0 MiB", "<dt>Reserve</dt><dd>522.0 MiB")
+	if strings.Contains(local.body, "below the reserve") {
+		t.Error("the overview says the disk is low when it is not")
+	}
+	f.console.Disk = usage{Size: 60 << 10, Of: "data_dir on disk", Space: &Space{Free: 1 << 20, Reserve: 522 << 20, Low: true}}
+	contains(t, "a low disk", f.get("/ui/"), "below the reserve", "new decisions are refused until there is more")
+
+	f.console.Disk = usage{Size: 2 << 20, Of: "webhookd's tables in PostgreSQL, indexes included"}
+	db := f.get("/ui/")
+	contains(t, "a database", db, "2.0 MiB <span class=\"hint\">webhookd&#39;s tables in PostgreSQL, indexes included</span>", "the database server's to watch")
+	if strings.Contains(db.body, "<dt>Ballast</dt>") || strings.Contains(db.body, "<dt>Reserve</dt>") {
+		t.Error("the overview shows a local disk's ballast or reserve for a database")
+	}
+}

@@ -97,7 +97,7 @@ func (c *Console) handleOverview(fc *fiber.Ctx) error {
 	ctx := fc.UserContext()
 	counts := c.counts()
 	ov := overview{Ready: c.records.Ready(), Quiet: true}
-	if u, err := c.Disk.Usage(); err == nil {
+	if u, err := c.Disk.Usage(ctx); err == nil {
 		ov.Usage = &u
 	} else {
 		ov.NoUsage = err.Error()
