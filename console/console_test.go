@@ -643,7 +643,7 @@ func TestTheTailLinksOnlyDecisionsToReceipts(t *testing.T) {
 	f.deliver("audit", "aud-1", "dlv-1", "", "")
 	f.console.Rejected("audit", webhookd.Delivery{Source: "audit", RequestID: "aud-refused"}, "timeout", "the store did not answer in time")
 	tail := f.get("/ui/tail")
-	contains(t, "tail", tail, `href="/ui/receipt?source=audit&amp;request_id=aud-1"`, "<td>aud-refused</td>")
+	contains(t, "tail", tail, `href="/ui/receipt?source=audit&amp;request_id=aud-1"`, `<td data-label="Request ID">aud-refused</td>`)
 	if strings.Contains(tail.body, "request_id=aud-refused") {
 		t.Errorf("the tail links a refused request to a receipt it has not got:\n%s", tail.body)
 	}
@@ -658,18 +658,18 @@ func TestOverviewShowsTheDiskTheStoreTakes(t *testing.T) {
 	f := newFixture(t, token)
 	contains(t, "no disk reported", f.get("/ui/"), "not reported by this storage backend")
 
-	f.console.Disk = usage{Size: 60 << 10, Of: "data_dir on disk", Space: &Space{Free: 5 << 30, Ballast: 128 << 20, Reserve: 522 << 20}}
+	f.console.Disk = usage{Size: 60 << 10, Of: "in data_dir", Space: &Space{Free: 5 << 30, Ballast: 128 << 20, Reserve: 522 << 20}}
 	local := f.get("/ui/")
-	contains(t, "a local disk", local, "60.0 KiB <span class=\"hint\">data_dir on disk</span>", "5.0 GiB", "<dt>Ballast</dt><dd>128.0 MiB", "<dt>Reserve</dt><dd>522.0 MiB")
+	contains(t, "a local disk", local, "60.0 KiB <span class=\"hint\">in data_dir</span>", "5.0 GiB", "<dt>Ballast</dt><dd>128.0 MiB", "<dt>Reserve</dt><dd>522.0 MiB")
 	if strings.Contains(local.body, "below the reserve") {
 		t.Error("the overview says the disk is low when it is not")
 	}
-	f.console.Disk = usage{Size: 60 << 10, Of: "data_dir on disk", Space: &Space{Free: 1 << 20, Reserve: 522 << 20, Low: true}}
+	f.console.Disk = usage{Size: 60 << 10, Of: "in data_dir", Space: &Space{Free: 1 << 20, Reserve: 522 << 20, Low: true}}
 	contains(t, "a low disk", f.get("/ui/"), "below the reserve", "new decisions are refused until there is more")
 
-	f.console.Disk = usage{Size: 2 << 20, Of: "webhookd's tables in PostgreSQL, indexes included"}
+	f.console.Disk = usage{Size: 2 << 20, Of: "webhookd's tables and indexes"}
 	db := f.get("/ui/")
-	contains(t, "a database", db, "2.0 MiB <span class=\"hint\">webhookd&#39;s tables in PostgreSQL, indexes included</span>", "the database server's to watch")
+	contains(t, "a database", db, "2.0 MiB <span class=\"hint\">webhookd&#39;s tables and indexes</span>", "the database server's to watch")
 	if strings.Contains(db.body, "<dt>Ballast</dt>") || strings.Contains(db.body, "<dt>Reserve</dt>") {
 		t.Error("the overview shows a local disk's ballast or reserve for a database")
 	}

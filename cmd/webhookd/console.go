@@ -52,7 +52,7 @@ func (d storeDisk) Usage(context.Context) (console.Usage, error) {
 		return console.Usage{}, err
 	}
 	sp := d.store.Space()
-	return console.Usage{Size: size, Of: "data_dir on disk", Space: &console.Space{
+	return console.Usage{Size: size, Of: "in data_dir", Space: &console.Space{
 		Free: sp.Free, Ballast: sp.Ballast, Reserve: sp.Reserve, Low: sp.Low}}, nil
 }
 
@@ -65,5 +65,5 @@ func (d tablesDisk) Usage(ctx context.Context) (console.Usage, error) {
 	if err != nil {
 		return console.Usage{}, err
 	}
-	return console.Usage{Size: size, Of: "webhookd's tables in PostgreSQL, indexes included"}, nil
+	return console.Usage{Size: size, Of: "webhookd's tables and indexes"}, nil
 }
