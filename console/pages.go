@@ -232,6 +232,8 @@ func (c *Console) showReceipt(fc *fiber.Ctx, status int, n *notice) error {
 // expired, which it alone knows, and its answer is shown when the button
 // is used.
 func redeliverable(r *dedupe.Receipt, latest *versioning.Latest) (ok bool, refusal string, deadLetter bool) {
+	// CanRedeliver refuses a dead letter too, naming the admin API's call;
+	// the console points to its own page instead.
 	if r.Forward.State == webhookd.ForwardDead {
 		return false, "it is a dead letter: retry it from the dead letters.", true
 	}
