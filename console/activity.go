@@ -48,6 +48,9 @@ type Event struct {
 	Latest     string    `json:"latest_version,omitempty"`
 	Reason     string    `json:"reason,omitempty"`  // why it was rejected
 	Message    string    `json:"message,omitempty"` // the refusal as the sender read it
+	// Receipt says the answer was a decision, which has a receipt to link
+	// to. A refused request has none, whatever request ID it carried.
+	Receipt bool `json:"receipt,omitempty"`
 }
 
 // filter selects events for a tail; empty fields select everything.
@@ -119,7 +122,7 @@ func (a *activity) seriesOf(source string) *series {
 // Decided is the gateway's Observer method for a decided delivery.
 func (a *activity) Decided(d webhookd.Delivery, out webhookd.Outcome) {
 	e := Event{Source: d.Source, Decision: string(out.Decision), RequestID: d.RequestID, DeliveryID: d.DeliveryID,
-		Resource: d.Resource, Version: d.Version, Latest: out.LatestVersion}
+		Resource: d.Resource, Version: d.Version, Latest: out.LatestVersion, Receipt: true}
 	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()

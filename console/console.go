@@ -37,27 +37,41 @@ type Records interface {
 	Ready() error
 }
 
-// Usage is the room a store takes and has left, in bytes.
+// Usage is the disk a store takes, and the room it has left where that
+// disk is its own.
 type Usage struct {
+	// Size is the bytes the store's data takes on disk; Of says what it
+	// counts, in words.
 	Size int64
+	Of   string
+	// Space is the free space of a store on a local disk; nil for a
+	// database, whose server watches its own disk.
+	Space *Space
+}
+
+// Space is the free space of a store's local disk, in bytes.
+type Space struct {
 	Free int64
+	// Ballast is free space the store holds for its last writes once the
+	// disk fills, and gives back then.
+	Ballast int64
 	// Reserve is the free space below which the store takes no new
 	// decisions; Low says it is below it now.
 	Reserve int64
 	Low     bool
 }
 
-// Disk reports a store's Usage; a backend without a local disk has none.
+// Disk reports a store's Usage.
 type Disk interface {
-	Usage() (Usage, error)
+	Usage(ctx context.Context) (Usage, error)
 }
 
-// errNoDisk is the Usage error of a store that does not report one.
-var errNoDisk = errors.New("not reported by this storage backend")
+// NoDisk is the Disk of a store that reports none.
+type NoDisk struct{}
 
-type noDisk struct{}
-
-func (noDisk) Usage() (Usage, error) { return Usage{}, errNoDisk }
+func (NoDisk) Usage(context.Context) (Usage, error) {
+	return Usage{}, errors.New("not reported by this storage backend")
+}
 
 // Source is a configured source, as the console lists it.
 type Source struct {
@@ -78,9 +92,12 @@ type Console struct {
 
 	records Records
 	sources []Source
-	auth    auth
-	logger  *zap.Logger
-	now     func() time.Time
+	// receiptTTL is how long a receipt, and the payload a redelivery
+	// sends, are kept.
+	receiptTTL time.Duration
+	auth       auth
+	logger     *zap.Logger
+	now        func() time.Time
 	*activity
 
 	pages   map[string]*template.Template
@@ -90,25 +107,27 @@ type Console struct {
 }
 
 // New returns the console of the admin token (none: every page refuses,
-// like the admin API), for sources, reading and repairing through records.
-func New(token string, sources []Source, records Records, logger *zap.Logger) *Console {
-	return newConsole(token, sources, records, logger, time.Now)
+// like the admin API), for sources whose receipts are kept for receiptTTL,
+// reading and repairing through records.
+func New(token string, sources []Source, receiptTTL time.Duration, records Records, logger *zap.Logger) *Console {
+	return newConsole(token, sources, receiptTTL, records, logger, time.Now)
 }
 
-func newConsole(token string, sources []Source, records Records, logger *zap.Logger, now func() time.Time) *Console {
+func newConsole(token string, sources []Source, receiptTTL time.Duration, records Records, logger *zap.Logger, now func() time.Time) *Console {
 	names := make([]string, len(sources))
 	for i, s := range sources {
 		names[i] = s.Name
 	}
 	c := &Console{
-		Disk:     noDisk{},
-		records:  records,
-		sources:  sources,
-		auth:     newAuth(token),
-		logger:   logger,
-		now:      now,
-		activity: newActivity(names, now),
-		closing:  make(chan struct{}),
+		Disk:       NoDisk{},
+		records:    records,
+		sources:    sources,
+		receiptTTL: receiptTTL,
+		auth:       newAuth(token),
+		logger:     logger,
+		now:        now,
+		activity:   newActivity(names, now),
+		closing:    make(chan struct{}),
 	}
 	c.assets = loadAssets()
 	c.pages = c.parsePages()

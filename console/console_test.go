@@ -16,9 +16,11 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/store"
+	"github.com/webhookd/webhookd/versioning"
 )
 
 const token = "s3cret-token"
@@ -62,7 +64,7 @@ func newFixture(t *testing.T, token string) *fixture {
 	}
 	t.Cleanup(func() { st.Close() })
 	clk := &clock{t: time.Now().UTC()}
-	c := newConsole(token, sources, st, zaptest.NewLogger(t), clk.now)
+	c := newConsole(token, sources, time.Hour, st, zaptest.NewLogger(t), clk.now)
 	t.Cleanup(c.Close)
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.All("/ui/*", c.Handle)
@@ -405,7 +407,7 @@ func TestEmptyPagesSayWhatToDo(t *testing.T) {
 	contains(t, "a missing receipt", f.get("/ui/receipt?source=billing&request_id=nope"), "No receipt for request ID nope", "receipt_ttl")
 	contains(t, "a missing resource", f.get("/ui/resource?source=billing&resource=nope"), "No accepted version of resource nope")
 
-	none := newConsole(token, []Source{{Name: "audit"}}, f.store, zaptest.NewLogger(t), time.Now)
+	none := newConsole(token, []Source{{Name: "audit"}}, time.Hour, f.store, zaptest.NewLogger(t), time.Now)
 	app := fiber.New()
 	app.All("/ui/*", none.Handle)
 	req := httptest.NewRequest(http.MethodGet, "/ui/deadletters", nil)
@@ -480,9 +482,13 @@ func TestRepairsAnswerInPlace(t *testing.T) {
 
 	one := func(id string) url.Values { return url.Values{"source": {"billing"}, "request_id": {id}} }
 	ask := f.post("/ui/deadletters/discard", "", one("req-2"))
-	contains(t, "discard", ask, `role="alertdialog"`, "Discard billing / <span class=\"mono\">req-2</span>?", `name="confirm" value="yes"`)
+	contains(t, "discard", ask, `role="alertdialog"`, "Discard billing / <span class=\"mono\">req-2</span>?", `name="confirm" value="yes"`,
+		"Removes this dead letter: nothing more is sent.", "Its receipt stays, marked discarded, and Redeliver on the receipt can send the request again")
 	if dead, _ := f.store.DeadLetters(context.Background(), "billing"); len(dead) != 2 {
 		t.Fatalf("a discard discarded before it was confirmed: %d dead letters left", len(dead))
+	}
+	if strings.Contains(ask.body, "cannot be undone") || strings.Contains(ask.body, "payload is dropped") {
+		t.Errorf("the confirmation says the payload is dropped, yet redelivery sends it:\n%s", ask.body)
 	}
 	confirm := one("req-2")
 	confirm.Set("confirm", "yes")
@@ -493,6 +499,17 @@ func TestRepairsAnswerInPlace(t *testing.T) {
 		t.Errorf("discard of a dead letter that is gone: %d", gone.status)
 	}
 	contains(t, "discard again", gone, "Not discarded: no dead letter for billing/req-2")
+	if a := f.post("/ui/deadletters/discard", "", one("req-2")); a.status != http.StatusNotFound || strings.Contains(a.body, "alertdialog") {
+		t.Errorf("asked to confirm the discard of a dead letter that is gone: %d", a.status)
+	}
+	// What the confirmation says: the receipt stays, and redelivery from it
+	// sends the request again.
+	contains(t, "discarded receipt", f.get("/ui/receipt?source=billing&request_id=req-2"), `<span class="badge discarded">discarded</span>`, `action="/ui/receipt/redeliver"`)
+	again := f.post("/ui/receipt/redeliver", "", one("req-2"))
+	if again.status != http.StatusAccepted {
+		t.Errorf("redeliver after discard: %d", again.status)
+	}
+	contains(t, "redeliver after discard", again, "Queued for forwarding again")
 
 	for _, tc := range []struct {
 		source, id string
@@ -509,7 +526,7 @@ func TestRepairsAnswerInPlace(t *testing.T) {
 		}
 		contains(t, "redeliver "+tc.id, a, tc.says)
 	}
-	contains(t, "audit receipt", f.get("/ui/receipt?source=audit&request_id=aud-1"), "its source does not forward")
+	contains(t, "audit receipt", f.get("/ui/receipt?source=audit&request_id=aud-1"), "No redelivery: the source did not forward this request")
 	retried := f.post("/ui/deadletters/retry", "", one("req-1"))
 	if retried.status != http.StatusAccepted {
 		t.Errorf("retry: %d", retried.status)
@@ -550,5 +567,110 @@ func TestSize(t *testing.T) {
 		if got := size(n); got != want {
 			t.Errorf("size(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// The receipt page offers Redeliver only where the redelivery rules
+// (forward.CanRedeliver, forward.CanResend) take it.
+func TestRedeliverIsOfferedOnlyWhereTheRulesAllowIt(t *testing.T) {
+	receipt := func(d webhookd.Decision, state webhookd.ForwardState) *dedupe.Receipt {
+		return &dedupe.Receipt{Source: "billing", RequestID: "req-2", Resource: "sub_1", Version: "2", Decision: d,
+			Forward: webhookd.ForwardStatus{State: state}}
+	}
+	self := &versioning.Latest{RequestID: "req-2", Version: "2"}
+	newer := &versioning.Latest{RequestID: "req-3", Version: "3"}
+	for _, tc := range []struct {
+		name    string
+		r       *dedupe.Receipt
+		latest  *versioning.Latest
+		ok      bool
+		says    string
+		deadTip bool
+	}{
+		{"delivered", receipt(webhookd.Accepted, webhookd.ForwardDelivered), self, true, "", false},
+		{"discarded", receipt(webhookd.Accepted, webhookd.ForwardDiscarded), self, true, "", false},
+		{"superseded", receipt(webhookd.Accepted, webhookd.ForwardSuperseded), newer, false, "was accepted after this request's version 2", false},
+		{"delivered, a newer version since", receipt(webhookd.Accepted, webhookd.ForwardDelivered), newer, false, "version 3 of resource sub_1 was accepted after", false},
+		{"stale", receipt(webhookd.Stale, webhookd.ForwardNone), newer, false, "decided stale, not accepted", false},
+		{"accepted, not forwarded", receipt(webhookd.Accepted, webhookd.ForwardNone), self, false, "the source did not forward this request", false},
+		{"pending", receipt(webhookd.Accepted, webhookd.ForwardPending), self, false, "already queued for forwarding (pending)", false},
+		{"retrying", receipt(webhookd.Accepted, webhookd.ForwardRetrying), self, false, "already queued for forwarding (retrying)", false},
+		{"dead", receipt(webhookd.Accepted, webhookd.ForwardDead), self, false, "it is a dead letter", true},
+	} {
+		ok, says, deadTip := redeliverable(tc.r, tc.latest)
+		if ok != tc.ok || !strings.Contains(says, tc.says) || deadTip != tc.deadTip {
+			t.Errorf("%s: %v %q %v, want %v %q %v", tc.name, ok, says, deadTip, tc.ok, tc.says, tc.deadTip)
+		}
+	}
+}
+
+func TestTheDiscardConfirmationSaysWhatStays(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	accepted := now.Add(-2 * time.Hour)
+	dead := forward.Entry{Source: "billing", RequestID: "req-1", Resource: "sub_1", Version: "2", CreatedAt: accepted}
+	own := &dedupe.Receipt{Source: "billing", RequestID: "req-1", Decision: webhookd.Accepted, FirstSeen: accepted,
+		Forward: webhookd.ForwardStatus{State: webhookd.ForwardDead}}
+	later := &dedupe.Receipt{Source: "billing", RequestID: "req-1", Decision: webhookd.Accepted, FirstSeen: now.Add(-time.Minute)}
+	lost := dead
+	lost.BodyLost = true
+	for _, tc := range []struct {
+		name   string
+		e      forward.Entry
+		held   *dedupe.Receipt
+		latest *versioning.Latest
+		ttl    time.Duration
+		says   string
+	}{
+		{"redeliverable", dead, own, &versioning.Latest{RequestID: "req-1", Version: "2"}, 24 * time.Hour,
+			"Redeliver on the receipt can send the request again until its payload expires, not before 2026-12-03 10:00:00 UTC"},
+		{"no resource", forward.Entry{Source: "billing", RequestID: "req-1", CreatedAt: accepted}, own, nil, 24 * time.Hour,
+			"not before 2026-12-03 10:00:00 UTC"},
+		{"accepted longer ago than receipt_ttl", dead, own, nil, time.Hour, "while its payload is held: receipt_ttl after it was last queued"},
+		{"its receipt expired", dead, nil, nil, 24 * time.Hour, "Its receipt has expired, so nothing can send this request again"},
+		{"its request ID came back", dead, later, nil, 24 * time.Hour, "came back since as a new request"},
+		{"its payload expired", lost, own, nil, 24 * time.Hour, "Its payload expired before it was forwarded"},
+		{"a newer version since", dead, own, &versioning.Latest{RequestID: "req-9", Version: "3"}, 24 * time.Hour, "It cannot be sent again: version 3 of resource sub_1"},
+	} {
+		got := afterDiscard(&tc.e, tc.held, tc.latest, tc.ttl, now)
+		if !strings.HasPrefix(got, "Removes this dead letter: nothing more is sent. ") || !strings.Contains(got, tc.says) {
+			t.Errorf("%s: %q, want it to say %q", tc.name, got, tc.says)
+		}
+	}
+}
+
+func TestTheTailLinksOnlyDecisionsToReceipts(t *testing.T) {
+	f := newFixture(t, token)
+	f.deliver("audit", "aud-1", "dlv-1", "", "")
+	f.console.Rejected("audit", webhookd.Delivery{Source: "audit", RequestID: "aud-refused"}, "timeout", "the store did not answer in time")
+	tail := f.get("/ui/tail")
+	contains(t, "tail", tail, `href="/ui/receipt?source=audit&amp;request_id=aud-1"`, `<td data-label="Request ID">aud-refused</td>`)
+	if strings.Contains(tail.body, "request_id=aud-refused") {
+		t.Errorf("the tail links a refused request to a receipt it has not got:\n%s", tail.body)
+	}
+}
+
+// usage is a Disk that reports what a test sets.
+type usage Usage
+
+func (u usage) Usage(context.Context) (Usage, error) { return Usage(u), nil }
+
+func TestOverviewShowsTheDiskTheStoreTakes(t *testing.T) {
+	f := newFixture(t, token)
+	contains(t, "no disk reported", f.get("/ui/"), "not reported by this storage backend")
+
+	f.console.Disk = usage{Size: 60 << 10, Of: "in data_dir", Space: &Space{Free: 5 << 30, Ballast: 128 << 20, Reserve: 522 << 20}}
+	local := f.get("/ui/")
+	contains(t, "a local disk", local, "60.0 KiB <span class=\"hint\">in data_dir</span>", "5.0 GiB", "<dt>Ballast</dt><dd>128.0 MiB", "<dt>Reserve</dt><dd>522.0 MiB")
+	if strings.Contains(local.body, "below the reserve") {
+		t.Error("the overview says the disk is low when it is not")
+	}
+	f.console.Disk = usage{Size: 60 << 10, Of: "in data_dir", Space: &Space{Free: 1 << 20, Reserve: 522 << 20, Low: true}}
+	contains(t, "a low disk", f.get("/ui/"), "below the reserve", "new decisions are refused until there is more")
+
+	f.console.Disk = usage{Size: 2 << 20, Of: "webhookd's tables and indexes"}
+	db := f.get("/ui/")
+	contains(t, "a database", db, "2.0 MiB <span class=\"hint\">webhookd&#39;s tables and indexes</span>", "the database server's to watch")
+	if strings.Contains(db.body, "<dt>Ballast</dt>") || strings.Contains(db.body, "<dt>Reserve</dt>") {
+		t.Error("the overview shows a local disk's ballast or reserve for a database")
 	}
 }

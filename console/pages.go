@@ -2,6 +2,7 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"strings"
 	"time"
@@ -96,7 +97,7 @@ func (c *Console) handleOverview(fc *fiber.Ctx) error {
 	ctx := fc.UserContext()
 	counts := c.counts()
 	ov := overview{Ready: c.records.Ready(), Quiet: true}
-	if u, err := c.Disk.Usage(); err == nil {
+	if u, err := c.Disk.Usage(ctx); err == nil {
 		ov.Usage = &u
 	} else {
 		ov.NoUsage = err.Error()
@@ -214,31 +215,34 @@ func (c *Console) showReceipt(fc *fiber.Ctx, status int, n *notice) error {
 		default:
 			rp.Receipt, rp.Risks = r, r.ResidualRisk()
 			rp.Omitted = r.Attempts - len(r.Deliveries)
-			rp.Redeliver, rp.Refusal, rp.DeadLetter = redeliverable(r)
 			if r.Resource != "" {
 				if l, err := c.records.Latest(fc.UserContext(), r.Source, r.Resource); err == nil {
 					rp.Latest = l
 				}
 			}
+			rp.Redeliver, rp.Refusal, rp.DeadLetter = redeliverable(r, rp.Latest)
 		}
 	}
 	return c.render(fc, status, "receipt", page{Title: "Receipt", Nav: "receipt", Notice: n, Data: rp})
 }
 
 // redeliverable says whether the admin API would take a redelivery of r,
-// as far as the receipt tells: the store also refuses one whose payload
-// expired or whose resource has a newer version since, which it alone
-// knows, and its answer is shown when the button is used.
-func redeliverable(r *dedupe.Receipt) (ok bool, refusal string, deadLetter bool) {
-	switch {
-	case r.Decision != webhookd.Accepted:
-		return false, "this request was decided " + string(r.Decision) + ", not accepted, so there is nothing to redeliver.", false
-	case r.Forward.State == webhookd.ForwardNone:
-		return false, "its source does not forward, so there is nothing to redeliver.", false
-	case r.Forward.State == webhookd.ForwardPending || r.Forward.State == webhookd.ForwardRetrying:
-		return false, "it is already queued for forwarding (" + string(r.Forward.State) + ").", false
-	case r.Forward.State == webhookd.ForwardDead:
+// as far as the receipt and its resource's latest version tell, by the
+// rules the stores apply: the store also refuses one whose payload
+// expired, which it alone knows, and its answer is shown when the button
+// is used.
+func redeliverable(r *dedupe.Receipt, latest *versioning.Latest) (ok bool, refusal string, deadLetter bool) {
+	// CanRedeliver refuses a dead letter too, naming the admin API's call;
+	// the console points to its own page instead.
+	if r.Forward.State == webhookd.ForwardDead {
 		return false, "it is a dead letter: retry it from the dead letters.", true
+	}
+	err := forward.CanRedeliver(r)
+	if err == nil {
+		err = forward.CanResend(&forward.Entry{Source: r.Source, RequestID: r.RequestID, Resource: r.Resource, Version: r.Version}, latest)
+	}
+	if err != nil {
+		return false, webhookd.ErrorMessage(err) + ".", false
 	}
 	return true, "", false
 }
@@ -280,8 +284,15 @@ type queuePage struct {
 	Dead    bool
 	Source  string // the filter; "" for every source
 	Groups  []entryGroup
-	Confirm *forward.Entry // the dead letter a discard asks to confirm
-	Forward bool           // some source forwards
+	Confirm *discardConfirm // the dead letter a discard asks to confirm
+	Forward bool            // some source forwards
+}
+
+// discardConfirm is a dead letter about to be discarded, and what
+// discarding it leaves, in words.
+type discardConfirm struct {
+	forward.Entry
+	After string
 }
 
 type entryGroup struct {
@@ -291,7 +302,7 @@ type entryGroup struct {
 	Hidden  int // entries past maxRows
 }
 
-func (c *Console) queue(fc *fiber.Ctx, dead bool, status int, n *notice, confirm *forward.Entry) error {
+func (c *Console) queue(fc *fiber.Ctx, dead bool, status int, n *notice, confirm *discardConfirm) error {
 	qp := queuePage{Dead: dead, Source: form(fc, "filter"), Confirm: confirm}
 	list, nav, title := c.records.Outbox, "outbox", "Outbox"
 	if dead {
@@ -336,16 +347,80 @@ func (c *Console) handleRetry(fc *fiber.Ctx) error {
 	return c.queue(fc, true, fiber.StatusAccepted, &notice{OK: true, Text: source + "/" + id + " is back in the outbox, with its attempts reset."}, nil)
 }
 
-// handleDiscard asks first: without confirm=yes it shows the dead letter
-// with a button that discards it.
+// handleDiscard asks first: without confirm=yes it shows the dead letter,
+// what discarding it leaves, and a button that discards it.
 func (c *Console) handleDiscard(fc *fiber.Ctx) error {
 	source, id := form(fc, "source"), form(fc, "request_id")
 	if fc.FormValue("confirm") != "yes" {
-		e := forward.Entry{Source: source, RequestID: id}
-		return c.queue(fc, true, fiber.StatusOK, nil, &e)
+		confirm, err := c.discarding(fc.UserContext(), source, id)
+		if err != nil {
+			return c.queue(fc, true, statusOf(err), &notice{Text: "Not discarded: " + webhookd.ErrorMessage(err)}, nil)
+		}
+		return c.queue(fc, true, fiber.StatusOK, nil, confirm)
 	}
 	if err := c.records.DiscardDeadLetter(fc.UserContext(), source, id); err != nil {
 		return c.queue(fc, true, statusOf(err), &notice{Text: "Not discarded: " + webhookd.ErrorMessage(err)}, nil)
 	}
-	return c.queue(fc, true, fiber.StatusOK, &notice{OK: true, Text: source + "/" + id + " is discarded; its receipt says so."}, nil)
+	return c.queue(fc, true, fiber.StatusOK, &notice{OK: true, Text: source + "/" + id + " is discarded: nothing more is sent, and its receipt says discarded."}, nil)
+}
+
+// discarding reads what the confirmation of a discard tells: the dead
+// letter, the receipt its request ID has now and its resource's latest
+// version.
+func (c *Console) discarding(ctx context.Context, source, id string) (*discardConfirm, error) {
+	dead, err := c.records.DeadLetters(ctx, source)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(dead, func(e forward.Entry) bool { return e.RequestID == id })
+	if source == "" || i < 0 {
+		return nil, webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, id)
+	}
+	e := dead[i]
+	held, err := c.records.Receipt(ctx, source, id)
+	if webhookd.ErrorCode(err) == webhookd.ENOTFOUND {
+		held, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var latest *versioning.Latest
+	if e.Resource != "" && e.Version != "" {
+		latest, err = c.records.Latest(ctx, source, e.Resource)
+		if webhookd.ErrorCode(err) == webhookd.ENOTFOUND {
+			latest, err = nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &discardConfirm{Entry: e, After: afterDiscard(&e, held, latest, c.receiptTTL, c.now())}, nil
+}
+
+// afterDiscard says what discarding dead letter e leaves. Discarding
+// removes the dead letter only: the receipt stays, marked discarded, and a
+// redelivery from it is taken while the redelivery rules allow it and the
+// payload is held, which is receipt_ttl after the request was last queued,
+// so no earlier than receipt_ttl after it was accepted. held is the
+// receipt its request ID has now and latest its resource's latest
+// version, nil when none.
+func afterDiscard(e *forward.Entry, held *dedupe.Receipt, latest *versioning.Latest, ttl time.Duration, now time.Time) string {
+	const removes = "Removes this dead letter: nothing more is sent. "
+	if _, own := forward.Discarded(e, held); !own {
+		if held == nil {
+			return removes + "Its receipt has expired, so nothing can send this request again."
+		}
+		return removes + "Its request ID came back since as a new request, which is forwarded on its own; this one cannot be sent again."
+	}
+	if e.BodyLost {
+		return removes + "Its payload expired before it was forwarded, so nothing can send this request again."
+	}
+	if err := forward.CanResend(e, latest); err != nil {
+		return removes + "It cannot be sent again: " + webhookd.ErrorMessage(err) + "."
+	}
+	stays := removes + "Its receipt stays, marked discarded, and Redeliver on the receipt can send the request again"
+	if until := e.CreatedAt.Add(ttl); until.After(now) {
+		return stays + " until its payload expires, not before " + utc(until) + " (receipt_ttl after it was accepted)."
+	}
+	return stays + " while its payload is held: receipt_ttl after it was last queued."
 }

@@ -136,21 +136,21 @@ func (s *stream) next() (string, Event) {
 }
 
 func TestLiveTailStreamsDecisionsAndCatchesUp(t *testing.T) {
-	c := newConsole(token, sources, nil, zaptest.NewLogger(t), time.Now)
+	c := newConsole(token, sources, time.Hour, nil, zaptest.NewLogger(t), time.Now)
 	base := serve(t, c)
 	decided(c.activity, "billing", "before", webhookd.Accepted)
 	decided(c.activity, "audit", "other source", webhookd.Accepted)
 
 	s := openStream(t, base+"/ui/tail/events?source=billing&after=0")
-	if id, e := s.next(); id != "1" || e.RequestID != "before" {
-		t.Errorf("first event %s %+v, want the held one", id, e)
+	if id, e := s.next(); id != "1" || e.RequestID != "before" || !e.Receipt {
+		t.Errorf("first event %s %+v, want the held one, with a receipt", id, e)
 	}
-	c.Rejected("billing", webhookd.Delivery{}, "signature", "signature mismatch")
+	c.Rejected("billing", webhookd.Delivery{RequestID: "refused"}, "signature", "signature mismatch")
 	decided(c.activity, "billing", "dup", webhookd.Duplicate)
-	if _, e := s.next(); e.Decision != "rejected" || e.Reason != "signature" || e.Message != "signature mismatch" {
-		t.Errorf("live event %+v", e)
+	if _, e := s.next(); e.Decision != "rejected" || e.Reason != "signature" || e.Message != "signature mismatch" || e.RequestID != "refused" || e.Receipt {
+		t.Errorf("live event %+v, want a refusal without a receipt", e)
 	}
-	if id, e := s.next(); id != "4" || e.RequestID != "dup" {
+	if id, e := s.next(); id != "4" || e.RequestID != "dup" || !e.Receipt {
 		t.Errorf("live event %s %+v", id, e)
 	}
 
@@ -174,7 +174,7 @@ func TestLiveTailStreamsDecisionsAndCatchesUp(t *testing.T) {
 }
 
 func TestLiveTailRefusesPastItsLimit(t *testing.T) {
-	c := newConsole(token, sources, nil, zaptest.NewLogger(t), time.Now)
+	c := newConsole(token, sources, time.Hour, nil, zaptest.NewLogger(t), time.Now)
 	for range maxSubscribers {
 		c.subscribe(filter{}, 0)
 	}

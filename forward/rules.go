@@ -71,11 +71,15 @@ func Requeue(e Entry, now time.Time) (Entry, webhookd.ForwardStatus) {
 
 // CanRedeliver says whether the request of receipt r, with its current
 // forward status, may be forwarded again. The backend then needs its
-// payload, and CanResend.
+// payload, and CanResend. The console offers Redeliver only where it
+// allows it.
 func CanRedeliver(r *dedupe.Receipt) error {
 	switch {
 	case r.Decision != webhookd.Accepted:
 		return webhookd.Errorf(webhookd.ECONFLICT, "request was decided %s, not accepted: there is nothing to redeliver", r.Decision)
+	case r.Forward.State == webhookd.ForwardNone:
+		// Accepted for a source without forward: no payload was kept.
+		return webhookd.Errorf(webhookd.ECONFLICT, "the source did not forward this request: there is nothing to redeliver")
 	case r.Forward.State == webhookd.ForwardPending || r.Forward.State == webhookd.ForwardRetrying:
 		return webhookd.Errorf(webhookd.ECONFLICT, "request is already queued for forwarding (%s)", r.Forward.State)
 	case r.Forward.State == webhookd.ForwardDead:

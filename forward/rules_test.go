@@ -77,7 +77,7 @@ func TestEligibility(t *testing.T) {
 			t.Errorf("redeliver %s: %v", ok, err)
 		}
 	}
-	for _, no := range []webhookd.ForwardState{webhookd.ForwardPending, webhookd.ForwardRetrying, webhookd.ForwardDead} {
+	for _, no := range []webhookd.ForwardState{webhookd.ForwardNone, webhookd.ForwardPending, webhookd.ForwardRetrying, webhookd.ForwardDead} {
 		conflict("redeliver "+string(no), CanRedeliver(accepted(no)))
 	}
 	conflict("redeliver stale", CanRedeliver(&dedupe.Receipt{Decision: webhookd.Stale}))

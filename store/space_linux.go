@@ -1,7 +1,9 @@
 package store
 
 import (
+	"io/fs"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,4 +23,13 @@ func freeBytes(dir string) (int64, error) {
 // without fallocate answers EOPNOTSUPP, which is errors.ErrUnsupported.
 func fallocate(f *os.File, off, n int64) error {
 	return unix.Fallocate(int(f.Fd()), 0, off, n)
+}
+
+// allocated returns the bytes of disk the file of info takes: its
+// allocated 512-byte blocks.
+func allocated(info fs.FileInfo) int64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return info.Size()
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -186,5 +187,46 @@ func TestOpenCountsItsBallastAsFree(t *testing.T) {
 	openOnDisk(t, dir, disk, reserve)
 	if got := ballastSize(t, dir); got != reserve/2 {
 		t.Errorf("ballast after reopening: %d bytes, want %d", got, reserve/2)
+	}
+}
+
+// Allocated is the disk the store takes: a store holding little takes
+// little, whatever its mapped files' apparent sizes, and what it writes is
+// counted.
+func TestAllocatedCountsBlocksNotApparentSizes(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	mustDecide(t, s, delivery("req-1", "dlv-1", `{"id":"req-1"}`))
+	small, err := s.Allocated()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apparent int64
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && e.Name() != ballastName {
+			apparent += info.Size()
+		}
+	}
+	// The ballast's blocks are allocated: a few MiB at most says it is not
+	// counted.
+	t.Logf("one decision: %d bytes allocated, %d apparent, ballast %d", small, apparent, s.Space().Ballast)
+	if small <= 0 || small > 4<<20 || small*10 > apparent {
+		t.Errorf("one decision takes %d bytes by Allocated, against %d apparent: want a little, far below the apparent size", small, apparent)
+	}
+
+	const n, body = 64, 32 << 10 // 2 MiB of bodies
+	for i := range n {
+		mustDecide(t, s, delivery(fmt.Sprint("big-", i), "dlv", fmt.Sprintf(`{"id":%d,"pad":%q}`, i, strings.Repeat("x", body))))
+	}
+	big, err := s.Allocated()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if big-small < n*body {
+		t.Errorf("after %d bytes of bodies, Allocated grew from %d to %d bytes", n*body, small, big)
 	}
 }

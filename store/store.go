@@ -372,7 +372,9 @@ func (s *Store) collectGarbage() {
 	}
 }
 
-// Sizes returns the on-disk sizes of Badger's LSM tree and value log.
+// Sizes returns Badger's own sizes of its LSM tree and value log: the
+// apparent sizes of its table and value-log files, as Badger last measured
+// them (once a minute). Allocated is the disk the store takes.
 func (s *Store) Sizes() (lsm, vlog int64) { return s.db.Size() }
 
 // RunGC rewrites value-log files until none is worth rewriting. Value-log GC

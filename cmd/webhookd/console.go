@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"time"
 
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/console"
 	"github.com/webhookd/webhookd/forward/sender"
+	"github.com/webhookd/webhookd/postgres"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -27,12 +29,41 @@ func consoleSources(cfg *configs.Config) []console.Source {
 	return sources
 }
 
-// storeDisk reports the Badger store's size and the free space of its
-// data directory, as the store last read it, for the console's overview.
+// diskOf is what the console's overview shows of the backend's disk: the
+// Badger store's data directory, or webhookd's tables in PostgreSQL.
+func diskOf(b Backend) console.Disk {
+	switch s := b.(type) {
+	case *store.Store:
+		return storeDisk{s}
+	case *postgres.Store:
+		return tablesDisk{s}
+	}
+	return console.NoDisk{}
+}
+
+// storeDisk reports the disk the Badger store's files take (allocated
+// blocks, not the apparent sizes of the files Badger maps) and the free
+// space of its data directory as the store last read it.
 type storeDisk struct{ store *store.Store }
 
-func (d storeDisk) Usage() (console.Usage, error) {
-	lsm, vlog := d.store.Sizes()
+func (d storeDisk) Usage(context.Context) (console.Usage, error) {
+	size, err := d.store.Allocated()
+	if err != nil {
+		return console.Usage{}, err
+	}
 	sp := d.store.Space()
-	return console.Usage{Size: lsm + vlog, Free: sp.Free, Reserve: sp.Reserve, Low: sp.Low}, nil
+	return console.Usage{Size: size, Of: "in data_dir", Space: &console.Space{
+		Free: sp.Free, Ballast: sp.Ballast, Reserve: sp.Reserve, Low: sp.Low}}, nil
+}
+
+// tablesDisk reports the disk webhookd's tables take in PostgreSQL; the
+// database's free space is the database server's to watch.
+type tablesDisk struct{ store *postgres.Store }
+
+func (d tablesDisk) Usage(ctx context.Context) (console.Usage, error) {
+	size, err := d.store.Size(ctx)
+	if err != nil {
+		return console.Usage{}, err
+	}
+	return console.Usage{Size: size, Of: "webhookd's tables and indexes"}, nil
 }

@@ -250,6 +250,23 @@ func consoleInABrowser(t *testing.T, storage string) {
 	if got := strings.ToLower(text("#src-billing ~ dl.facts")); !strings.Contains(got, "dead letters\n2") {
 		t.Errorf("overview's billing card: %q", got)
 	}
+	// The store's size is the disk it takes: a few decisions take little,
+	// whatever the apparent sizes of the files Badger maps.
+	sizeText := text("#health ~ dl.facts > div:nth-child(2) dd")
+	var amount float64
+	var unit string
+	fmt.Sscanf(sizeText, "%g %s", &amount, &unit)
+	bytes := amount * map[string]float64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
+	switch {
+	case strings.HasPrefix(storage, "data_dir"):
+		if bytes <= 0 || bytes > 16<<20 || !strings.Contains(sizeText, "in data_dir") {
+			t.Errorf("the overview says the store takes %q", sizeText)
+		}
+	default:
+		if bytes <= 0 || !strings.Contains(sizeText, "tables and indexes") {
+			t.Errorf("the overview says the tables take %q", sizeText)
+		}
+	}
 	// The overview refreshes itself: a new decision shows without a reload.
 	deliver("req_c", "dlv_4", "sub_4")
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](
@@ -303,13 +320,18 @@ func consoleInABrowser(t *testing.T, storage string) {
 		t.Errorf("the retried receipt: %q", got)
 	}
 
-	// A discard asks first.
-	do("discard a dead letter",
+	// A discard asks first, saying what stays.
+	do("ask to discard a dead letter",
 		chromedp.Navigate(ui+"/ui/deadletters"),
 		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Discard req_b"]`)),
 		chromedp.Click(chromedp.CSS(`button[aria-label="Discard req_b"]`)),
 		chromedp.WaitVisible(chromedp.CSS(".confirm button.danger")),
 		shot("discard-confirm"),
+	)
+	if got := text("#confirm-text"); !strings.Contains(got, "Its receipt stays, marked discarded, and Redeliver on the receipt can send the request again") {
+		t.Errorf("the discard's confirmation says %q", got)
+	}
+	do("discard it",
 		chromedp.Click(chromedp.CSS(".confirm button.danger")),
 		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
 	)
@@ -323,6 +345,14 @@ func consoleInABrowser(t *testing.T, storage string) {
 	if f, _ := r["forward"].(map[string]any); f["state"] != "discarded" {
 		t.Errorf("discarded receipt's forward: %v", r["forward"])
 	}
+	// As the confirmation said, the receipt can still send the request.
+	do("redeliver the discarded request",
+		chromedp.Navigate(ui+"/ui/receipt?source=billing&request_id=req_b"),
+		chromedp.WaitVisible(chromedp.CSS("form[action='/ui/receipt/redeliver'] button")),
+		chromedp.Click(chromedp.CSS("form[action='/ui/receipt/redeliver'] button")),
+		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
+	)
+	waitFor(t, "req_b delivered after its discard", func() bool { return down.count("req_b") == 1 })
 
 	// A new decision appears in the live tail as it is made.
 	do("open the live tail",
@@ -335,8 +365,19 @@ func consoleInABrowser(t *testing.T, storage string) {
 	deliver("req_live", "dlv_9", "sub_3")
 	do("watch it arrive",
 		chromedp.WaitVisible(chromedp.CSS(`#tail a[href*="request_id=req_live"]`)),
-		shot("tail"),
 	)
+	// A refused request shows its request ID, with no link to a receipt it
+	// has not got.
+	if status, _ := c.send(http.MethodPost, "http://"+c.public+"/hooks/billing", `{"request_id":"req_bad","object":{"id":"sub_9","version":"x"}}`, nil); status != http.StatusBadRequest {
+		t.Fatalf("a bad version: %d, want 400", status)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`[...document.querySelectorAll("#tail td")].some(td => td.textContent === "req_bad")`)); err != nil {
+		t.Fatalf("the refusal does not appear in the live tail: %v", err)
+	}
+	do("see it refused", shot("tail"))
+	if linked, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#tail a[href*="req_bad"]') !== null`)); err != nil || linked {
+		t.Errorf("the live tail links a refused request to a receipt (%v)", err)
+	}
 
 	// A POST without the CSRF token is refused, from the console's own page.
 	status, err := chromedp.Run(ctx, chromedp.Evaluate[int](
@@ -356,4 +397,48 @@ func consoleInABrowser(t *testing.T, storage string) {
 		chromedp.WaitVisible(chromedp.ID("src-billing")),
 		shot("overview-phone"),
 	)
+	// On a phone each row of a table is a card: a dead letter's actions are
+	// on screen and can be used, and no page scrolls sideways.
+	down.up.Store(false)
+	deliver("req_phone", "dlv_10", "sub_5")
+	deadLetter("req_phone")
+	do("a phone's view of the dead letters",
+		chromedp.Navigate(ui+"/ui/deadletters"),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Retry req_phone"]`)),
+		shot("deadletters-phone"),
+	)
+	onScreen := func(what, sel string) {
+		t.Helper()
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+			const all = [...document.querySelectorAll(%q)];
+			return all.length > 0 && all.every(b => { const r = b.getBoundingClientRect(); return r.width > 0 && r.left >= 0 && r.right <= window.innerWidth; });
+		})()`, sel)))
+		if err != nil || !ok {
+			t.Errorf("on a phone, %s are not all within the screen's width (%v)", what, err)
+		}
+	}
+	noSideways := func(page string) {
+		t.Helper()
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
+		if err != nil || !ok {
+			t.Errorf("on a phone, %s is wider than the screen (%v)", page, err)
+		}
+	}
+	onScreen("the dead letters' Retry and Discard buttons", ".actions button")
+	noSideways("the dead letters")
+	do("discard on a phone",
+		chromedp.Click(chromedp.CSS(`button[aria-label="Discard req_phone"]`)),
+		chromedp.WaitVisible(chromedp.CSS(".confirm button.danger")),
+		shot("discard-confirm-phone"),
+	)
+	onScreen("the confirmation's buttons", ".confirm button, .confirm .button")
+	do("confirm it", chromedp.Click(chromedp.CSS(".confirm button.danger")), chromedp.WaitVisible(chromedp.CSS(".notice.ok")))
+	for _, page := range []string{"tail", "outbox", "receipt?source=billing&request_id=req_a"} {
+		do("a phone's view of "+page,
+			chromedp.Navigate(ui+"/ui/"+page),
+			chromedp.WaitVisible(chromedp.CSS("main h1")),
+			shot(strings.SplitN(page, "?", 2)[0]+"-phone"),
+		)
+		noSideways(page)
+	}
 }

@@ -224,7 +224,8 @@ func (m *Main) Run(ctx context.Context) error {
 		OutboxPending: func() (map[string]int, error) { return m.Store.Pending(context.Background()) },
 		DeadLetters:   m.Store.DeadLetterCounts,
 	}
-	m.Console = console.New(m.Config.Admin.Token, consoleSources(m.Config), m.Store, m.Logger.Named("console"))
+	m.Console = console.New(m.Config.Admin.Token, consoleSources(m.Config), m.Config.ReceiptTTL, m.Store, m.Logger.Named("console"))
+	m.Console.Disk = diskOf(m.Store)
 	// Badger's sizes and its data directory's free space; a PostgreSQL
 	// database's disk is the database's to watch.
 	if s, ok := m.Store.(*store.Store); ok {
@@ -233,7 +234,6 @@ func (m *Main) Run(ctx context.Context) error {
 			d := s.Space()
 			return metrics.Disk{Free: d.Free, Ballast: d.Ballast, Reserve: d.Reserve, Low: d.Low, Lows: d.Lows}
 		}
-		m.Console.Disk = storeDisk{s}
 	}
 	met := metrics.New(gauges)
 	m.Forwarder.Metrics = attempts{met, m.Console}

@@ -84,8 +84,11 @@ function startRefresh(region) {
   }, every);
 }
 
-function cell(row, text) {
+// cell adds a cell to row, labelled with its column's heading for the
+// stacked rows of a narrow screen, as the server's rows are.
+function cell(row, label, text) {
   const td = row.insertCell();
+  td.dataset.label = label;
   if (text) td.textContent = text;
   return td;
 }
@@ -94,7 +97,7 @@ function cell(row, text) {
 function tailRow(e) {
   const tr = document.createElement("tr");
   tr.className = "fresh";
-  const when = cell(tr);
+  const when = cell(tr, "Time");
   const time = document.createElement("time");
   time.dateTime = e.at;
   time.textContent = utc(e.at);
@@ -103,25 +106,27 @@ function tailRow(e) {
   rel.dataset.ago = e.at;
   rel.textContent = ago(e.at);
   when.append(time, " ", rel);
-  cell(tr, e.source);
+  cell(tr, "Source", e.source);
   const badge = document.createElement("span");
   badge.className = "badge " + e.decision;
   badge.textContent = e.decision;
-  cell(tr).append(badge);
-  const id = cell(tr);
-  if (e.request_id) {
+  cell(tr, "Decision").append(badge);
+  const id = cell(tr, "Request ID");
+  if (e.receipt) {
     const a = document.createElement("a");
     a.href = "/ui/receipt?" + new URLSearchParams({ source: e.source, request_id: e.request_id });
     a.textContent = e.request_id;
     id.append(a);
+  } else if (e.request_id) {
+    id.textContent = e.request_id;
   }
-  cell(tr, e.delivery_id);
-  cell(tr, e.resource);
-  cell(tr, e.version);
+  cell(tr, "Delivery ID", e.delivery_id);
+  cell(tr, "Resource", e.resource);
+  cell(tr, "Version", e.version);
   let detail = "";
   if (e.reason) detail = e.reason + ": " + (e.message || "");
   else if (e.decision === "stale" && e.latest_version) detail = "latest is " + e.latest_version;
-  cell(tr, detail);
+  cell(tr, "Detail", detail);
   return tr;
 }
 

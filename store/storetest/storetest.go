@@ -630,6 +630,14 @@ func testRepairs(t *testing.T, open Open) {
 	if dead, _ := f.b.DeadLetters(ctx, ""); len(dead) != 0 {
 		t.Errorf("dead letters after discard: %+v", dead)
 	}
+	// Discarding ends the attempts only: the receipt keeps the payload, and
+	// a redelivery sends it again.
+	if err := f.b.Redeliver(ctx, source, "v2"); err != nil {
+		t.Fatalf("redeliver after discard: %v", err)
+	}
+	if again := f.claim("a", 1, time.Minute); len(again) != 1 || again[0].RequestID != "v2" || string(again[0].Body) != `{"id":"v2"}` {
+		t.Errorf("after redelivering a discarded request, claimed %+v", again)
+	}
 }
 
 func testDurable(t *testing.T, open Open) {
