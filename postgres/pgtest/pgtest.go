@@ -51,12 +51,14 @@ func HostPort(t testing.TB) string {
 var schemas sync.Map
 
 // SchemaDSN returns a DSN whose tables live in a schema of their own,
-// named after key: created empty on first use, dropped when the test that
-// first asked for it ends.
+// named after key and this process: created empty on first use, dropped
+// when the test that first asked for it ends. The process is in the name
+// so that two test runs on one database, of two checkouts or two packages,
+// never share or drop each other's schema.
 func SchemaDSN(t testing.TB, key string) string {
 	t.Helper()
 	dsn := DSN(t)
-	sum := sha256.Sum256([]byte(key))
+	sum := sha256.Sum256([]byte(strconv.Itoa(os.Getpid()) + "/" + key))
 	schema := "webhookd_test_" + hex.EncodeToString(sum[:8])
 	if _, loaded := schemas.LoadOrStore(schema, true); !loaded {
 		name := pgx.Identifier{schema}.Sanitize()
