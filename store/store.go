@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,9 @@ type Store struct {
 
 	memTableSize int64                   // Badger's default when 0; tests shrink it to force batch splits
 	commitTxn    func(*badger.Txn) error // Txn.Commit; tests make it fail as a disk does
+	// vlogSyncErr is a failed sync of the value log during the last
+	// commit, which Badger only logs: see badgerLogger.
+	vlogSyncErr atomic.Pointer[error]
 }
 
 // New returns a store for the Badger directory path with default settings.
@@ -109,7 +113,7 @@ func (s *Store) Open() error {
 		// Value-log GC never rewrites the file being written: smaller files
 		// let large payloads give their space back without 1 GiB of traffic.
 		WithValueLogFileSize(64 << 20).
-		WithLogger(badgerLogger{s.Logger.Sugar()})
+		WithLogger(badgerLogger{SugaredLogger: s.Logger.Sugar(), vlogSyncErr: &s.vlogSyncErr})
 	memTable, multiplier := tableSizes(s.MemoryLimit)
 	opts = opts.WithMemTableSize(memTable)
 	opts.TableSizeMultiplier = multiplier // no With method for it
@@ -322,6 +326,9 @@ func (s *Store) commit(ops []*op) int {
 		changes = append(changes, t.changes...)
 	}
 	commitErr := s.commitTxn(txn)
+	if err := s.vlogSyncErr.Swap(nil); err != nil && commitErr == nil {
+		commitErr = *err
+	}
 	if commitErr != nil {
 		s.fail(commitErr) // first: reads must stop before anything can block
 		s.Logger.Error("commit batch; the store takes nothing more until it is opened again", zap.Int("ops", len(ops)), zap.Error(commitErr))
@@ -547,9 +554,28 @@ func unavailable(err error) error {
 
 // badgerLogger sends Badger's logs to zap. Badger's info lines describe its
 // housekeeping, so they go out at debug level.
-type badgerLogger struct{ *zap.SugaredLogger }
+//
+// Badger writes a value of 1 MiB or more to its value log, not to the
+// memtable's log, and when syncing the value log fails it logs the error
+// and commits all the same: the commit's receipt would then point at a
+// payload a crash can lose. The logger hands that error to the commit,
+// which Badger has not yet returned, so the batch fails as any failed sync
+// does.
+type badgerLogger struct {
+	*zap.SugaredLogger
+	vlogSyncErr *atomic.Pointer[error]
+}
 
-func (l badgerLogger) Errorf(f string, a ...any)   { l.SugaredLogger.Errorf(f, a...) }
+// vlogSyncFailed is how Badger's value log reports a failed sync.
+const vlogSyncFailed = "Error while curlf sync"
+
+func (l badgerLogger) Errorf(f string, a ...any) {
+	if strings.HasPrefix(f, vlogSyncFailed) {
+		err := errors.New(strings.TrimSpace(fmt.Sprintf(f, a...)))
+		l.vlogSyncErr.Store(&err)
+	}
+	l.SugaredLogger.Errorf(f, a...)
+}
 func (l badgerLogger) Warningf(f string, a ...any) { l.SugaredLogger.Warnf(f, a...) }
 func (l badgerLogger) Infof(f string, a ...any)    { l.SugaredLogger.Debugf(f, a...) }
 func (l badgerLogger) Debugf(f string, a ...any)   { l.SugaredLogger.Debugf(f, a...) }

@@ -1,9 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -410,6 +414,46 @@ func TestFailedCommitStopsTheStore(t *testing.T) {
 	}
 	if err := s.Ready(); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
 		t.Errorf("Ready = %v, want unavailable", err)
+	}
+}
+
+// A value of 1 MiB or more goes to Badger's value log, whose failed sync
+// Badger logs and commits anyway: the store fails the batch as it fails
+// any commit whose sync fails.
+func TestFailedValueLogSyncStopsTheStore(t *testing.T) {
+	var s *Store
+	s = openStore(t, t.TempDir(), func(st *Store) {
+		st.commitTxn = func(txn *badger.Txn) error {
+			err := txn.Commit()
+			// As Badger's value log reports it, during the commit.
+			s.db.Opts().Logger.Errorf(vlogSyncFailed+": %v\n", errors.New("sync 000001.vlog: input/output error"))
+			return err
+		}
+	})
+	_, err := s.Decide(ctx, delivery("req-1", "d-1", `{}`))
+	if webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE || !strings.Contains(err.Error(), "000001.vlog") {
+		t.Fatalf("Decide with a failing value-log sync: %v, want unavailable, caused by the sync", err)
+	}
+	select {
+	case <-s.Failed():
+	default:
+		t.Error("Failed is not closed after a failed value-log sync")
+	}
+}
+
+// The store knows a failed value-log sync only by Badger's log line: this
+// fails when a Badger upgrade changes it.
+func TestBadgerReportsValueLogSyncAsTheStoreReadsIt(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/dgraph-io/badger/v4").Output()
+	if err != nil {
+		t.Fatalf("go list badger: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "value.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(src, []byte(`vlog.opt.Errorf("`+vlogSyncFailed+": ")) {
+		t.Fatalf("badger's value.go no longer logs a failed sync as %q", vlogSyncFailed)
 	}
 }
 
