@@ -9,6 +9,7 @@ import (
 	"net/http/pprof"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -225,20 +226,65 @@ func guardBodies(srv *fasthttp.Server, maxBody int) {
 func (s *Server) Public() *fiber.App { return s.public }
 func (s *Server) Admin() *fiber.App  { return s.admin }
 
+// Listeners are the public and the admin listener. webhookd binds them
+// before it opens its store, so that an address in use stops it before it
+// creates or locks anything.
+type Listeners struct {
+	Public, Admin net.Listener
+}
+
+// Listen binds cfg's listen and admin.listen. Its error names the field
+// and the address, and says when another process holds the address.
+func Listen(cfg *configs.Config) (*Listeners, error) {
+	return bind(cfg.Listen, cfg.Admin.Listen)
+}
+
+func bind(publicAddr, adminAddr string) (*Listeners, error) {
+	public, err := listen("listen", publicAddr)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := listen("admin.listen", adminAddr)
+	if err != nil {
+		public.Close()
+		return nil, err
+	}
+	return &Listeners{Public: public, Admin: admin}, nil
+}
+
+func listen(field, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("%s: %s is already in use by another process (another webhookd?): stop it, or set %s to a free address", field, addr, field)
+	case err != nil:
+		return nil, fmt.Errorf("%s: cannot listen on %s: %w", field, addr, err)
+	}
+	return ln, nil
+}
+
+// Close closes both listeners, for a start that fails after Listen.
+func (l *Listeners) Close() error {
+	return errors.Join(l.Public.Close(), l.Admin.Close())
+}
+
 // Open binds both listeners, so that a bad address fails here, then serves
 // them in the background.
 func (s *Server) Open() error {
-	var err error
-	if s.publicLn, err = net.Listen("tcp", s.publicAddr); err != nil {
-		return fmt.Errorf("listen %s: %w", s.publicAddr, err)
+	ls, err := bind(s.publicAddr, s.adminAd)
+	if err != nil {
+		return err
 	}
-	if s.adminLn, err = net.Listen("tcp", s.adminAd); err != nil {
-		s.publicLn.Close()
-		return fmt.Errorf("admin listen %s: %w", s.adminAd, err)
-	}
+	s.Serve(ls)
+	return nil
+}
+
+// Serve serves ls, bound by Listen, in the background; Shutdown closes
+// them.
+func (s *Server) Serve(ls *Listeners) {
+	s.publicLn, s.adminLn = ls.Public, ls.Admin
 	go s.serve(s.public, drainListener{Listener: s.publicLn, maxBytes: drainBytes(s.maxBody)})
 	go s.serve(s.admin, s.adminLn)
-	return nil
 }
 
 func (s *Server) serve(app *fiber.App, ln net.Listener) {
