@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -115,6 +116,9 @@ type Server struct {
 	now     func() time.Time
 	token   string
 	sources map[string]*source
+	// sourceNames says which sources are configured, for the admin API's
+	// refusal of an unknown one.
+	sourceNames string
 
 	maxBody             int
 	public, admin       *fiber.App
@@ -147,6 +151,7 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 		}
 		s.sources[src.Name] = src
 	}
+	s.sourceNames = namesOf(s.sources)
 	// Strict: "/hooks/billing/" is not source billing, it is no path at all.
 	s.public = s.newApp(fiber.Config{BodyLimit: cfg.MaxBody, StrictRouting: true, ErrorHandler: s.handlePublicError})
 	s.maxBody = cfg.MaxBody
@@ -184,6 +189,7 @@ func (s *Server) newApp(cfg fiber.Config) *fiber.App {
 	cfg.ReadTimeout = 30 * time.Second
 	cfg.WriteTimeout = 30 * time.Second
 	cfg.IdleTimeout = 2 * time.Minute
+	cfg.JSONEncoder = jsonLine
 	app := fiber.New(cfg)
 	app.Use(recover.New(recover.Config{
 		EnableStackTrace: true,
@@ -192,6 +198,18 @@ func (s *Server) newApp(cfg fiber.Config) *fiber.App {
 		},
 	}))
 	return app
+}
+
+// jsonLine encodes v as encoding/json does, and ends it with a newline as
+// its Encoder does: every JSON answer is one line, so that a terminal's
+// prompt does not follow it on the same line and line-oriented tools read
+// it whole.
+func jsonLine(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // refusedByServer marks a request the HTTP server refused before any route
