@@ -91,7 +91,7 @@ const bearerCredential = "bearer"
 // anything else is refused.
 func (c *Console) authenticate(fc *fiber.Ctx) error {
 	if c.auth.token == nil {
-		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "console disabled: set admin.token")
+		return errDisabled()
 	}
 	if h := fc.Get(fiber.HeaderAuthorization); h != "" {
 		// The scheme's name is case-insensitive (RFC 9110, 11.1).
@@ -110,6 +110,12 @@ func (c *Console) authenticate(fc *fiber.Ctx) error {
 		return fc.Redirect("/ui/login?next="+url.QueryEscape(string(fc.Request().RequestURI())), fiber.StatusSeeOther)
 	}
 	return webhookd.Errorf(webhookd.EUNAUTHORIZED, "not logged in: log in at /ui/login, or send the admin token as a bearer token")
+}
+
+// errDisabled refuses every request of a console without a token, saying
+// how to set one.
+func errDisabled() error {
+	return webhookd.Errorf(webhookd.EUNAUTHORIZED, "console disabled: no admin token is configured; set admin.token (the example configuration reads it from WEBHOOKD_ADMIN_TOKEN) and restart webhookd")
 }
 
 func credential(fc *fiber.Ctx) string {

@@ -217,8 +217,8 @@ func TestWithoutATokenTheConsoleRefusesLikeTheAPI(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer ")
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		a := f.do(req)
-		if a.status != http.StatusUnauthorized || !strings.Contains(a.body, "set admin.token") {
-			t.Errorf("%s %s: %d %q, want 401 naming admin.token", req.Method, req.URL.Path, a.status, a.body)
+		if a.status != http.StatusUnauthorized || !strings.Contains(a.body, "set admin.token") || !strings.Contains(a.body, "WEBHOOKD_ADMIN_TOKEN") {
+			t.Errorf("%s %s: %d %q, want 401 naming admin.token and WEBHOOKD_ADMIN_TOKEN", req.Method, req.URL.Path, a.status, a.body)
 		}
 	}
 }

@@ -27,14 +27,14 @@ func form(fc *fiber.Ctx, key string) string {
 
 func (c *Console) handleLoginPage(fc *fiber.Ctx) error {
 	if c.auth.token == nil {
-		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "console disabled: set admin.token")
+		return errDisabled()
 	}
 	return c.render(fc, fiber.StatusOK, "login", page{Title: "Log in", Data: safeNext(form(fc, "next"))})
 }
 
 func (c *Console) handleLogin(fc *fiber.Ctx) error {
 	if c.auth.token == nil {
-		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "console disabled: set admin.token")
+		return errDisabled()
 	}
 	if err := sameOrigin(fc); err != nil {
 		return err

@@ -3,7 +3,10 @@ package gateway
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +21,7 @@ import (
 // refused: an admin API open by default would leak every receipt.
 func (s *Server) requireToken(c *fiber.Ctx) error {
 	if s.token == "" {
-		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "admin API disabled: set admin.token")
+		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "admin API disabled: no admin token is configured; set admin.token (the example configuration reads it from WEBHOOKD_ADMIN_TOKEN) and restart webhookd")
 	}
 	// The scheme's name is case-insensitive (RFC 9110, 11.1).
 	scheme, got, _ := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
@@ -38,6 +41,28 @@ func param(c *fiber.Ctx, name string) (string, error) {
 	return v, nil
 }
 
+// knownSource refuses a source the configuration does not name: the store
+// would answer as if the source had no data, and a misspelt name would
+// read as "nothing here". A source removed from the configuration is
+// unknown too, though its receipts stay in the store until they expire.
+func (s *Server) knownSource(name string) error {
+	if _, ok := s.sources[name]; ok {
+		return nil
+	}
+	return &webhookd.Error{Code: webhookd.ENOTFOUND, Field: "source", Message: fmt.Sprintf("unknown source %q: %s", name, s.sourceNames)}
+}
+
+// namesOf says which sources are configured, for knownSource's message:
+// all of them, sorted, when they fit on a line, or how many there are.
+func namesOf(sources map[string]*source) string {
+	const listed = 12
+	if len(sources) > listed {
+		return fmt.Sprintf("%d sources are configured", len(sources))
+	}
+	names := slices.Sorted(maps.Keys(sources))
+	return "the configured sources are " + strings.Join(names, ", ")
+}
+
 // receiptView is a receipt as the admin API shows it: residual risk is
 // derived from the decision and forward state, never stored.
 type receiptView struct {
@@ -46,15 +71,24 @@ type receiptView struct {
 }
 
 // requestParams returns the source and request ID a path names.
-func requestParams(c *fiber.Ctx) (source, requestID string, err error) {
-	if source, err = param(c, "source"); err == nil {
+func (s *Server) requestParams(c *fiber.Ctx) (source, requestID string, err error) {
+	if source, err = s.sourceParam(c); err == nil {
 		requestID, err = param(c, "request_id")
 	}
 	return source, requestID, err
 }
 
+// sourceParam returns the configured source a path names.
+func (s *Server) sourceParam(c *fiber.Ctx) (string, error) {
+	source, err := param(c, "source")
+	if err != nil {
+		return "", err
+	}
+	return source, s.knownSource(source)
+}
+
 func (s *Server) handleGetReceipt(c *fiber.Ctx) error {
-	source, requestID, err := requestParams(c)
+	source, requestID, err := s.requestParams(c)
 	if err != nil {
 		return err
 	}
@@ -66,7 +100,7 @@ func (s *Server) handleGetReceipt(c *fiber.Ctx) error {
 }
 
 func (s *Server) handleGetResource(c *fiber.Ctx) error {
-	source, err := param(c, "source")
+	source, err := s.sourceParam(c)
 	if err != nil {
 		return err
 	}
@@ -96,8 +130,16 @@ type entryView struct {
 	DeadAt        *time.Time `json:"dead_at,omitempty"`
 }
 
-func listEntries(c *fiber.Ctx, list func(ctx context.Context, source string) ([]forward.Entry, error)) error {
-	entries, err := list(c.UserContext(), c.Query("source"))
+// listEntries answers a list of entries, of every source or of the one
+// ?source= names.
+func (s *Server) listEntries(c *fiber.Ctx, list func(ctx context.Context, source string) ([]forward.Entry, error)) error {
+	source := strings.Clone(c.Query("source"))
+	if source != "" {
+		if err := s.knownSource(source); err != nil {
+			return err
+		}
+	}
+	entries, err := list(c.UserContext(), source)
 	if err != nil {
 		return err
 	}
@@ -114,14 +156,14 @@ func listEntries(c *fiber.Ctx, list func(ctx context.Context, source string) ([]
 	return c.JSON(fiber.Map{"items": items})
 }
 
-func (s *Server) handleListOutbox(c *fiber.Ctx) error { return listEntries(c, s.records.Outbox) }
+func (s *Server) handleListOutbox(c *fiber.Ctx) error { return s.listEntries(c, s.records.Outbox) }
 func (s *Server) handleListDeadLetters(c *fiber.Ctx) error {
-	return listEntries(c, s.records.DeadLetters)
+	return s.listEntries(c, s.records.DeadLetters)
 }
 
 // act runs one repair on the request a path names and answers what it did.
-func act(c *fiber.Ctx, status int, did string, fn func(ctx context.Context, source, requestID string) error) error {
-	source, requestID, err := requestParams(c)
+func (s *Server) act(c *fiber.Ctx, status int, did string, fn func(ctx context.Context, source, requestID string) error) error {
+	source, requestID, err := s.requestParams(c)
 	if err != nil {
 		return err
 	}
@@ -132,13 +174,13 @@ func act(c *fiber.Ctx, status int, did string, fn func(ctx context.Context, sour
 }
 
 func (s *Server) handleRedeliver(c *fiber.Ctx) error {
-	return act(c, fiber.StatusAccepted, string(webhookd.ForwardPending), s.records.Redeliver)
+	return s.act(c, fiber.StatusAccepted, string(webhookd.ForwardPending), s.records.Redeliver)
 }
 
 func (s *Server) handleRetryDeadLetter(c *fiber.Ctx) error {
-	return act(c, fiber.StatusAccepted, string(webhookd.ForwardPending), s.records.RetryDeadLetter)
+	return s.act(c, fiber.StatusAccepted, string(webhookd.ForwardPending), s.records.RetryDeadLetter)
 }
 
 func (s *Server) handleDiscardDeadLetter(c *fiber.Ctx) error {
-	return act(c, fiber.StatusOK, string(webhookd.ForwardDiscarded), s.records.DiscardDeadLetter)
+	return s.act(c, fiber.StatusOK, string(webhookd.ForwardDiscarded), s.records.DiscardDeadLetter)
 }

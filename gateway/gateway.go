@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"net/http/pprof"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -115,6 +117,9 @@ type Server struct {
 	now     func() time.Time
 	token   string
 	sources map[string]*source
+	// sourceNames says which sources are configured, for the admin API's
+	// refusal of an unknown one.
+	sourceNames string
 
 	maxBody             int
 	public, admin       *fiber.App
@@ -147,6 +152,7 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 		}
 		s.sources[src.Name] = src
 	}
+	s.sourceNames = namesOf(s.sources)
 	// Strict: "/hooks/billing/" is not source billing, it is no path at all.
 	// The server reads a body before any route runs: it is ready for the
 	// largest any source takes, and each source's own is checked by the
@@ -187,6 +193,7 @@ func (s *Server) newApp(cfg fiber.Config) *fiber.App {
 	cfg.ReadTimeout = 30 * time.Second
 	cfg.WriteTimeout = 30 * time.Second
 	cfg.IdleTimeout = 2 * time.Minute
+	cfg.JSONEncoder = jsonLine
 	app := fiber.New(cfg)
 	app.Use(recover.New(recover.Config{
 		EnableStackTrace: true,
@@ -195,6 +202,18 @@ func (s *Server) newApp(cfg fiber.Config) *fiber.App {
 		},
 	}))
 	return app
+}
+
+// jsonLine encodes v as encoding/json does, and ends it with a newline as
+// its Encoder does: every JSON answer is one line, so that a terminal's
+// prompt does not follow it on the same line and line-oriented tools read
+// it whole.
+func jsonLine(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // refusedByServer marks a request the HTTP server refused before any route
@@ -267,20 +286,65 @@ func tooLarge(source string, limit, length int) error {
 func (s *Server) Public() *fiber.App { return s.public }
 func (s *Server) Admin() *fiber.App  { return s.admin }
 
+// Listeners are the public and the admin listener. webhookd binds them
+// before it opens its store, so that an address in use stops it before it
+// creates or locks anything.
+type Listeners struct {
+	Public, Admin net.Listener
+}
+
+// Listen binds cfg's listen and admin.listen. Its error names the field
+// and the address, and says when another process holds the address.
+func Listen(cfg *configs.Config) (*Listeners, error) {
+	return bind(cfg.Listen, cfg.Admin.Listen)
+}
+
+func bind(publicAddr, adminAddr string) (*Listeners, error) {
+	public, err := listen("listen", publicAddr)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := listen("admin.listen", adminAddr)
+	if err != nil {
+		public.Close()
+		return nil, err
+	}
+	return &Listeners{Public: public, Admin: admin}, nil
+}
+
+func listen(field, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("%s: %s is already in use by another process (another webhookd?): stop it, or set %s to a free address", field, addr, field)
+	case err != nil:
+		return nil, fmt.Errorf("%s: cannot listen on %s: %w", field, addr, err)
+	}
+	return ln, nil
+}
+
+// Close closes both listeners, for a start that fails after Listen.
+func (l *Listeners) Close() error {
+	return errors.Join(l.Public.Close(), l.Admin.Close())
+}
+
 // Open binds both listeners, so that a bad address fails here, then serves
 // them in the background.
 func (s *Server) Open() error {
-	var err error
-	if s.publicLn, err = net.Listen("tcp", s.publicAddr); err != nil {
-		return fmt.Errorf("listen %s: %w", s.publicAddr, err)
+	ls, err := bind(s.publicAddr, s.adminAd)
+	if err != nil {
+		return err
 	}
-	if s.adminLn, err = net.Listen("tcp", s.adminAd); err != nil {
-		s.publicLn.Close()
-		return fmt.Errorf("admin listen %s: %w", s.adminAd, err)
-	}
+	s.Serve(ls)
+	return nil
+}
+
+// Serve serves ls, bound by Listen, in the background; Shutdown closes
+// them.
+func (s *Server) Serve(ls *Listeners) {
+	s.publicLn, s.adminLn = ls.Public, ls.Admin
 	go s.serve(s.public, drainListener{s.publicLn})
 	go s.serve(s.admin, s.adminLn)
-	return nil
 }
 
 func (s *Server) serve(app *fiber.App, ln net.Listener) {

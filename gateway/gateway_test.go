@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofiber/fiber/v2"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -568,8 +569,85 @@ func TestAdminWithoutConfiguredTokenRefusesEverything(t *testing.T) {
 	f := newFixtureFor(t, `sources: [{name: a, request_id: "json:id"}]`, nil)
 	req := httptest.NewRequest(http.MethodGet, "/admin/receipts/a/x", nil)
 	req.Header.Set("Authorization", "Bearer ")
-	if r := f.do(req); r.status != 401 {
-		t.Errorf("empty token: %d, want 401", r.status)
+	r := f.do(req)
+	msg, _ := r.body["error"].(string)
+	if r.status != 401 || !strings.Contains(msg, "set admin.token") || !strings.Contains(msg, "WEBHOOKD_ADMIN_TOKEN") {
+		t.Errorf("empty token: %d %q, want 401 naming admin.token and WEBHOOKD_ADMIN_TOKEN", r.status, msg)
+	}
+}
+
+// A call naming a source that is not configured is refused as unknown,
+// rather than answered as if the source had no data; a configured source
+// without data answers as before.
+func TestAdminRefusesAnUnknownSource(t *testing.T) {
+	f := newFixture(t, nil)
+	const want = `unknown source "biling": the configured sources are billing, plain, strict`
+	for _, call := range []struct{ method, path string }{
+		{http.MethodGet, "/admin/receipts/biling/req-1"},
+		{http.MethodGet, "/admin/resources/biling/sub_1"},
+		{http.MethodPost, "/admin/receipts/biling/req-1/redeliver"},
+		{http.MethodGet, "/admin/outbox?source=biling"},
+		{http.MethodGet, "/admin/deadletters?source=biling"},
+		{http.MethodPost, "/admin/deadletters/biling/req-1/retry"},
+		{http.MethodDelete, "/admin/deadletters/biling/req-1"},
+	} {
+		req := httptest.NewRequest(call.method, call.path, nil)
+		req.Header.Set("Authorization", "Bearer t0ken")
+		r := f.do(req)
+		if r.status != 404 || r.body["error"] != want || r.body["field"] != "source" {
+			t.Errorf("%s %s: %d %v, want 404 %q blaming source", call.method, call.path, r.status, r.body, want)
+		}
+	}
+	if r := f.admin("/admin/receipts/billing/req-1"); r.status != 404 || r.body["error"] == want {
+		t.Errorf("a known source's missing receipt: %d %v, want 404 not found", r.status, r.body)
+	}
+	if r := f.admin("/admin/outbox?source=billing"); r.status != 200 {
+		t.Errorf("a known source's empty outbox: %d %v", r.status, r.body)
+	}
+}
+
+// Many sources are counted rather than listed.
+func TestUnknownSourceAmongMany(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("admin: { token: t0ken }\nsources:\n")
+	for i := range 13 {
+		fmt.Fprintf(&b, "  - { name: s%02d, request_id: \"json:id\" }\n", i)
+	}
+	f := newFixtureFor(t, b.String(), nil)
+	if r := f.admin("/admin/receipts/nope/x"); r.status != 404 || r.body["error"] != `unknown source "nope": 13 sources are configured` {
+		t.Errorf("%d %v", r.status, r.body)
+	}
+}
+
+// Every JSON answer, the hook's hand-written one included, is one line
+// ended by a newline.
+func TestJSONAnswersEndWithANewline(t *testing.T) {
+	f := newFixture(t, nil)
+	for _, tc := range []struct {
+		app  *fiber.App
+		req  *http.Request
+		auth bool
+	}{
+		{f.server.Public(), httptest.NewRequest(http.MethodPost, "/hooks/billing", strings.NewReader(billing("req-1", "sub_1", 1))), false},
+		{f.server.Public(), httptest.NewRequest(http.MethodPost, "/hooks/billing", strings.NewReader("{")), false},
+		{f.server.Public(), httptest.NewRequest(http.MethodPost, "/hooks/nope", strings.NewReader("{}")), false},
+		{f.server.Public(), httptest.NewRequest(http.MethodGet, "/healthz", nil), false},
+		{f.server.Admin(), httptest.NewRequest(http.MethodGet, "/admin/receipts/billing/req-1", nil), true},
+		{f.server.Admin(), httptest.NewRequest(http.MethodGet, "/admin/outbox", nil), true},
+		{f.server.Admin(), httptest.NewRequest(http.MethodGet, "/admin/outbox", nil), false},
+	} {
+		if tc.auth {
+			tc.req.Header.Set("Authorization", "Bearer t0ken")
+		}
+		resp, err := tc.app.Test(tc.req, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !bytes.HasSuffix(raw, []byte("}\n")) || bytes.Count(raw, []byte("\n")) != 1 || !json.Valid(raw) {
+			t.Errorf("%s %s: %d %q, want one line of JSON ended by a newline", tc.req.Method, tc.req.URL, resp.StatusCode, raw)
+		}
 	}
 }
 

@@ -255,8 +255,9 @@ type answer struct {
 	LatestVersion *string           `json:"latest_version"`
 }
 
-// appendJSON appends the answer as encoding/json writes it (FuzzAnswer
-// compares them), without its reflection: this runs at every delivery.
+// appendJSON appends the answer as an encoding/json Encoder writes it,
+// newline included (FuzzAnswer compares them), without its reflection:
+// this runs at every delivery.
 func (a answer) appendJSON(b []byte) []byte {
 	b = append(b, `{"decision":`...)
 	b = jsonenc.AppendString(b, string(a.Decision))
@@ -268,7 +269,7 @@ func (a answer) appendJSON(b []byte) []byte {
 	b = appendNullable(append(b, `,"resource":`...), a.Resource)
 	b = appendNullable(append(b, `,"version":`...), a.Version)
 	b = appendNullable(append(b, `,"latest_version":`...), a.LatestVersion)
-	return append(b, '}')
+	return append(b, "}\n"...)
 }
 
 func appendNullable(b []byte, s *string) []byte {

@@ -25,8 +25,12 @@ type Report struct {
 
 // Result is one line replayed.
 type Result struct {
-	Line             int    `json:"line"`
-	Source           string `json:"source,omitempty"`
+	Line   int    `json:"line"`
+	Source string `json:"source,omitempty"`
+	// RequestID is the request ID the target's answer names, or, for a
+	// line without a decided answer, the one the target's configuration
+	// reads from the line (--config); "" when neither says.
+	RequestID        string `json:"request_id,omitempty"`
 	Method           string `json:"method"`
 	Path             string `json:"path"`
 	ExpectedDecision string `json:"expected_decision,omitempty"`
@@ -166,7 +170,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "errors\t%d\n", s.Errors)
 
 	if s.Mismatches > 0 {
-		fmt.Fprintln(tw, "\nmismatches:\nLINE\tREQUEST\tEXPECTED\tGOT")
+		fmt.Fprintln(tw, "\nmismatches:\nLINE\tREQUEST_ID\tREQUEST\tEXPECTED\tGOT")
 		rows := 0
 		for _, res := range r.Results {
 			if !res.Mismatch {
@@ -177,11 +181,11 @@ func (r *Report) WriteText(w io.Writer) error {
 				break
 			}
 			got := res.Decision + " " + statusText(res.Status)
-			fmt.Fprintf(tw, "%d\t%s %s\t%s\t%s\n", res.Line, res.Method, res.Path, expectation(res), got)
+			fmt.Fprintf(tw, "%d\t%s\t%s %s\t%s\t%s\n", res.Line, orDash(res.RequestID), res.Method, res.Path, expectation(res), got)
 		}
 	}
 	if s.Errors > 0 {
-		fmt.Fprintln(tw, "\nerrors:\nLINE\tREQUEST\tERROR")
+		fmt.Fprintln(tw, "\nerrors:\nLINE\tREQUEST_ID\tREQUEST\tERROR")
 		rows := 0
 		for _, res := range r.Results {
 			if res.Decision != Failed {
@@ -191,7 +195,7 @@ func (r *Report) WriteText(w io.Writer) error {
 				fmt.Fprintf(tw, "...\t%d more in the JSON report\n", s.Errors-maxRows)
 				break
 			}
-			fmt.Fprintf(tw, "%d\t%s %s\t%s\n", res.Line, res.Method, res.Path, res.Error)
+			fmt.Fprintf(tw, "%d\t%s\t%s %s\t%s\n", res.Line, orDash(res.RequestID), res.Method, res.Path, res.Error)
 		}
 	}
 	return tw.Flush()
@@ -206,6 +210,14 @@ func expectation(r Result) string {
 		s = "*"
 	}
 	return d + " " + s
+}
+
+// orDash shows an unknown value in a table.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func statusText(status int) string {

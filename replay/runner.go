@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/signature"
@@ -216,6 +218,7 @@ func (r *Runner) send(ctx context.Context, l recording.Line) Result {
 	if err != nil {
 		return fail(err)
 	}
+	res.RequestID = r.requestIDOf(res.Source, l.Headers, body)
 	h := make(http.Header, len(l.Headers))
 	for name, values := range l.Headers {
 		if skipped[http.CanonicalHeaderKey(name)] || redacted(values) {
@@ -252,8 +255,12 @@ func (r *Runner) send(ctx context.Context, l recording.Line) Result {
 	if err != nil {
 		return fail(fmt.Errorf("read answer: %w", err))
 	}
-	if res.Decision, err = decisionOf(resp, raw); err != nil {
+	var id string
+	if res.Decision, id, err = decisionOf(resp, raw); err != nil {
 		return fail(err)
+	}
+	if id != "" {
+		res.RequestID = id
 	}
 	res.Mismatch = r.opts.Expect && ((l.Decision != "" && l.Decision != res.Decision) || (l.Status != 0 && l.Status != res.Status))
 	return res
@@ -269,25 +276,63 @@ func redacted(values []string) bool {
 }
 
 // decisionOf reads webhookd's decision from an answer: its Webhook-Decision
-// header or its JSON "decision". An error answer ({"error": ...} with a 4xx
-// or 5xx) is a rejection.
-func decisionOf(resp *http.Response, raw []byte) (string, error) {
-	if d := resp.Header.Get("Webhook-Decision"); d != "" {
-		return d, nil
-	}
+// header or its JSON "decision", and the request ID a decided answer names.
+// An error answer ({"error": ...} with a 4xx or 5xx) is a rejection.
+func decisionOf(resp *http.Response, raw []byte) (decision, requestID string, err error) {
 	var body struct {
-		Decision string `json:"decision"`
-		Error    string `json:"error"`
+		Decision  string `json:"decision"`
+		RequestID string `json:"request_id"`
+		Error     string `json:"error"`
 	}
-	if err := json.Unmarshal(raw, &body); err == nil {
+	parsed := json.Unmarshal(raw, &body) == nil
+	if d := resp.Header.Get("Webhook-Decision"); d != "" {
+		return d, body.RequestID, nil
+	}
+	if parsed {
 		switch {
 		case body.Decision != "":
-			return body.Decision, nil
+			return body.Decision, body.RequestID, nil
 		case body.Error != "" && resp.StatusCode >= 400:
-			return recording.Rejected, nil
+			return recording.Rejected, "", nil
 		}
 	}
-	return "", fmt.Errorf("answer %d %s is not webhookd's (no decision): %s", resp.StatusCode, resp.Header.Get("Content-Type"), snippet(raw))
+	return "", "", fmt.Errorf("answer %d %s is not webhookd's (no decision): %s", resp.StatusCode, resp.Header.Get("Content-Type"), snippet(raw))
+}
+
+// requestIDOf reads a line's request ID as the target's source does, for
+// the lines whose answer does not name it (a refusal, no answer): from the
+// header or the JSON field the source's request_id selects. Without the
+// target's configuration, or where the line lacks it, it is "".
+func (r *Runner) requestIDOf(source string, headers map[string][]string, body []byte) string {
+	if r.opts.Config == nil {
+		return ""
+	}
+	src, ok := r.opts.Config.Source(source)
+	if !ok {
+		return ""
+	}
+	kind, arg, _ := strings.Cut(src.RequestID, ":")
+	switch kind {
+	case "header":
+		for name, values := range headers {
+			if strings.EqualFold(name, arg) && len(values) > 0 && values[0] != recording.Redacted {
+				return values[0]
+			}
+		}
+	case "json":
+		segs := strings.Split(arg, ".")
+		for i, seg := range segs {
+			segs[i] = gjson.Escape(seg)
+		}
+		v := gjson.GetBytes(body, strings.Join(segs, "."))
+		switch v.Type {
+		case gjson.String:
+			return v.Str
+		case gjson.Number:
+			return v.Raw
+		}
+	}
+	return ""
 }
 
 // snippet quotes the start of an answer for an error message.

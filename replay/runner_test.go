@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -53,9 +56,13 @@ func decide(w http.ResponseWriter, _ *http.Request, body []byte) {
 	if bytes.Contains(body, []byte(`"d":"duplicate"`)) {
 		d, status = "duplicate", 200
 	}
+	var req struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal(body, &req)
 	w.Header().Set("Webhook-Decision", d)
 	w.WriteHeader(status)
-	fmt.Fprintf(w, `{"decision":%q}`, d)
+	fmt.Fprintf(w, `{"decision":%q,"request_id":%q}`, d, req.ID)
 }
 
 func lines(t *testing.T, jsonl string) []recording.Line {
@@ -150,8 +157,8 @@ func TestRunnerReportsMismatchesAndBadAnswers(t *testing.T) {
 	})
 	var progress []Progress
 	report := run(t, Options{Target: url, Expect: true, Progress: func(p Progress) { progress = append(progress, p) }}, lines(t, `
-{"path":"/hooks/a","body":"{}","decision":"accepted","status":202}
-{"path":"/hooks/a","body":"{}","decision":"duplicate","status":200}
+{"path":"/hooks/a","body":"{\"id\":\"req-1\"}","decision":"accepted","status":202}
+{"path":"/hooks/a","body":"{\"id\":\"req-2\"}","decision":"duplicate","status":200}
 {"path":"/hooks/html","body":"{}","decision":"accepted"}
 {"path":"/hooks/unknown","body":"{}","decision":"rejected","status":404}
 {"path":"/hooks/json","body":"{}","decision":"stale","status":201}
@@ -199,9 +206,11 @@ func TestRunnerReportsMismatchesAndBadAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, row := range []string{
-		"3     POST /hooks/a     duplicate 200  accepted 202", // the line numbers count the blank first line
-		"6     POST /hooks/json  stale 201      stale 200",
-		"4     POST /hooks/html  answer 502 text/html is not webhookd's",
+		"LINE  REQUEST_ID  REQUEST           EXPECTED       GOT",
+		"3     req-2       POST /hooks/a     duplicate 200  accepted 202", // the line numbers count the blank first line
+		"6     -           POST /hooks/json  stale 201      stale 200",
+		"LINE  REQUEST_ID  REQUEST           ERROR",
+		"4     -           POST /hooks/html  answer 502 text/html is not webhookd's",
 	} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("summary lacks %q:\n%s", row, out.String())
@@ -300,6 +309,65 @@ sources:
 	// A line refused for its signature keeps it: re-signing would let a forgery in.
 	if r := report.Results[3]; r.Decision != recording.Rejected || r.Status != 401 || r.Mismatch {
 		t.Errorf("recorded forgery: %+v", r)
+	}
+}
+
+// A line whose answer names no request ID (a refusal, no answer) is named
+// by the request ID the target's configuration reads from it, in the
+// summary's rows and in the JSON report.
+func TestRunnerNamesTheRequestIDOfEveryLine(t *testing.T) {
+	cfg, err := configs.Parse([]byte(`
+sources:
+  - name: nested
+    request_id: json:data.id
+  - name: header
+    request_id: header:X-Event-Id
+  - name: number
+    request_id: json:n
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := newTarget(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.WriteHeader(401)
+		io.WriteString(w, `{"error":"bad signature"}`)
+	})
+	recorded := lines(t, `{"path":"/hooks/nested","body":"{\"data\":{\"id\":\"evt_1\"}}","decision":"accepted","status":202}
+{"path":"/hooks/header","headers":{"x-event-id":["evt_2"]},"body":"{}","decision":"accepted","status":202}
+{"path":"/hooks/number","body":"{\"n\":42}","decision":"accepted","status":202}
+{"path":"/hooks/nested","body":"{}","decision":"accepted","status":202}
+{"path":"/hooks/unknown","body":"{\"data\":{\"id\":\"evt_5\"}}","decision":"accepted","status":202}`)
+
+	report := run(t, Options{Target: url, Expect: true, Config: cfg}, recorded)
+	for i, want := range []string{"evt_1", "evt_2", "42", "", ""} {
+		if r := report.Results[i]; r.RequestID != want || r.Decision != recording.Rejected {
+			t.Errorf("line %d: request ID %q (%s), want %q", r.Line, r.RequestID, r.Decision, want)
+		}
+	}
+	var out strings.Builder
+	if err := report.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "2     evt_2       POST /hooks/header   accepted 202  rejected 401") {
+		t.Errorf("no row names evt_2:\n%s", out.String())
+	}
+	path := filepath.Join(t.TempDir(), "report.json")
+	if err := report.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(raw, &back); err != nil || back.Results[0].RequestID != "evt_1" {
+		t.Errorf("the JSON report's first result: %+v (%v)", back.Results[0], err)
+	}
+
+	// Without the configuration, only answers name request IDs.
+	report = run(t, Options{Target: url, Expect: true}, recorded)
+	if r := report.Results[0]; r.RequestID != "" {
+		t.Errorf("without --config: request ID %q, want none", r.RequestID)
 	}
 }
 

@@ -52,9 +52,29 @@ exits 1.`,
 	return cmd
 }
 
-// writeConfig prints cfg as YAML that configs.Parse reads back.
+// backendFields are the fields that only one storage backend reads, by
+// backend; config check prints those of the chosen backend alone.
+var backendFields = map[string][][2]string{
+	configs.Badger:   {{"", "data_dir"}, {"storage", "min_free"}},
+	configs.Postgres: {{"storage", "dsn"}, {"storage", "pool_size"}, {"storage", "statement_timeout"}},
+}
+
+// writeConfig prints cfg as YAML that configs.Parse reads back, without
+// the fields of the storage backend it does not use.
 func writeConfig(w io.Writer, cfg *configs.Config) error {
 	root := configNode(reflect.ValueOf(cfg))
+	for backend, fields := range backendFields {
+		if backend == cfg.Storage.Backend {
+			continue
+		}
+		for _, f := range fields {
+			parent := root
+			if f[0] != "" {
+				parent = value(root, f[0])
+			}
+			remove(parent, f[1])
+		}
+	}
 	if cfg.Storage.Backend == configs.Badger && cfg.Storage.MinFree == 0 {
 		// The reserve is derived from Badger's sizes, which depend on the
 		// memory limit serve runs under, not on the file.
@@ -135,6 +155,17 @@ func value(n *yaml.Node, key string) *yaml.Node {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if n.Content[i].Value == key {
 			return n.Content[i+1]
+		}
+	}
+	panic("configuration has no field " + key)
+}
+
+// remove drops key and its value from the mapping n.
+func remove(n *yaml.Node, key string) {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			n.Content = slices.Delete(n.Content, i, i+2)
+			return
 		}
 	}
 	panic("configuration has no field " + key)

@@ -26,6 +26,7 @@ import (
 	"github.com/webhookd/webhookd/metrics"
 	"github.com/webhookd/webhookd/postgres"
 	"github.com/webhookd/webhookd/recording"
+	"github.com/webhookd/webhookd/signature"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -206,9 +207,26 @@ func NewMain(cfg *configs.Config, logger *zap.Logger) *Main {
 	return &Main{Config: cfg, Logger: logger}
 }
 
-// Run opens the store and binds the listeners, then returns; serving goes
-// on in the background until Close.
+// Run binds the listeners, opens the store and starts serving, then
+// returns; serving goes on in the background until Close. The listeners
+// come first: an address in use stops webhookd before it creates, locks or
+// connects to anything.
 func (m *Main) Run(ctx context.Context) error {
+	ls, err := gateway.Listen(m.Config)
+	if err != nil {
+		return err
+	}
+	if err := m.start(ctx, ls); err != nil {
+		ls.Close()
+		return err
+	}
+	warnOpen(m.Config, m.Logger)
+	return nil
+}
+
+// start opens the store and serves ls; until it serves them, the caller
+// closes them.
+func (m *Main) start(ctx context.Context, ls *gateway.Listeners) error {
 	b, err := m.openBackend(ctx)
 	if err != nil {
 		return err
@@ -247,9 +265,7 @@ func (m *Main) Run(ctx context.Context) error {
 	srv.Metrics, srv.MetricsHandler = met, met.Handler()
 	srv.Observer, srv.Console = m.Console, m.Console.Handle
 	srv.Recorders = m.openRecorders()
-	if err := srv.Open(); err != nil {
-		return err
-	}
+	srv.Serve(ls)
 	m.Server = srv
 	m.Logger.Info("webhookd started",
 		zap.String("listen", srv.PublicAddr()),
@@ -259,6 +275,22 @@ func (m *Main) Run(ctx context.Context) error {
 		zap.Int("sources", len(m.Config.Sources)),
 	)
 	return nil
+}
+
+// warnOpen logs, once at start, what the configuration leaves refused or
+// open: an admin API without a token refuses every call, and a source
+// that verifies no signature takes deliveries from anyone who can reach it.
+func warnOpen(cfg *configs.Config, logger *zap.Logger) {
+	if cfg.Admin.Token == "" {
+		logger.Warn("no admin token: the admin API and the console refuse every call; set admin.token (the example configuration reads it from WEBHOOKD_ADMIN_TOKEN)",
+			zap.String("admin", cfg.Admin.Listen))
+	}
+	for _, s := range cfg.Sources {
+		if s.Verify == nil || s.Verify.Scheme == signature.None {
+			logger.Warn("source without signature verification: anyone who can reach its URL can deliver to it; set its verify to check the sender",
+				zap.String("source", s.Name))
+		}
+	}
 }
 
 // openRecorders opens one recorder per recording file, however its path is

@@ -265,6 +265,11 @@ func TestREADMECommands(t *testing.T) {
 			t.Errorf("README.md:%d: %q: this test does not know how to run it", c.line, c.text)
 			continue
 		}
+		// curl -d alone labels the body a form, and the sink and the
+		// downstream would get it as one.
+		if strings.Contains(c.text, " -d ") && !strings.Contains(c.text, "-H 'Content-Type: application/json'") {
+			t.Errorf("README.md:%d: %s sends JSON without -H 'Content-Type: application/json'", c.line, c.text)
+		}
 		// Reads are repeated until they match: forwarding runs after the
 		// answer, so a receipt may show it pending for a moment.
 		reads := !strings.Contains(c.text, " -d ") && !strings.Contains(c.text, " -X")

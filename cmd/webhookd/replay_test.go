@@ -137,6 +137,10 @@ func TestShippedRecordingsReplay(t *testing.T) {
 				if r.Decision != lines[i].Decision || r.Status != lines[i].Status {
 					t.Errorf("line %d: got %s %d, recorded %s %d", r.Line, r.Decision, r.Status, lines[i].Decision, lines[i].Status)
 				}
+				// --report names every decided line's request ID.
+				if r.Decision != recording.Rejected && r.RequestID == "" {
+					t.Errorf("line %d: the report names no request ID: %+v", r.Line, r)
+				}
 			}
 
 			waitFor(t, "empty outbox", func() bool { return len(c.items("/admin/outbox")) == 0 })
@@ -192,7 +196,7 @@ func TestReplayWrongExpectationExitsOne(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("exit: %v, want status 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
-	if !regexp.MustCompile(`(?m)^2\s+POST /hooks/billing\s+stale 200\s+duplicate 200$`).MatchString(stdout.String()) {
+	if !regexp.MustCompile(`(?m)^2\s+req-w1\s+POST /hooks/billing\s+stale 200\s+duplicate 200$`).MatchString(stdout.String()) {
 		t.Errorf("no diff row for line 2:\n%s", stdout.String())
 	}
 	if !strings.Contains(stderr.String(), "1 mismatches") {

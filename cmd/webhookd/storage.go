@@ -2,6 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/forward"
@@ -37,6 +42,9 @@ func (m *Main) openBackend(ctx context.Context) (Backend, error) {
 		}
 		return s, nil
 	}
+	if err := checkUnheld(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	s := store.New(cfg.DataDir)
 	s.ReceiptTTL = cfg.ReceiptTTL
 	s.Logger = m.Logger.Named("store")
@@ -46,6 +54,24 @@ func (m *Main) openBackend(ctx context.Context) (Backend, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkUnheld fails when another process holds Badger's lock on dataDir,
+// saying which: Badger locks the directory and writes its holder's PID to
+// dataDir/LOCK. It runs before the store opens, which would otherwise
+// touch the directory first and then fail with Badger's own words.
+func checkUnheld(dataDir string) error {
+	if !dirLocked(dataDir) {
+		return nil
+	}
+	holder := "another process"
+	lock := filepath.Join(dataDir, "LOCK")
+	if raw, err := os.ReadFile(lock); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil {
+			holder = fmt.Sprintf("another process, PID %d (from %s)", pid, lock)
+		}
+	}
+	return fmt.Errorf("data_dir: %s is in use by %s, most likely another webhookd; one data_dir serves one webhookd at a time: stop the other, or give this one another data_dir (replicas share storage.backend postgres instead)", dataDir, holder)
 }
 
 // maxBody is the largest body the chosen backend stores.
