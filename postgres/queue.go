@@ -18,7 +18,7 @@ import (
 // (forward.Queue). The lease is a row's lease columns: any replica's
 // claim honours it, and once it ends any replica may claim the entry.
 func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
-	if err := s.Ready(); err != nil {
+	if err := s.available(); err != nil {
 		return nil, err
 	}
 	if n <= 0 {
@@ -28,6 +28,7 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 	until := now.Add(lease)
 	rows, err := s.pool.Query(ctx, claim, source, now, n, owner, until)
 	if err != nil {
+		s.observe(err)
 		return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
 	}
 	defer rows.Close()
@@ -65,7 +66,7 @@ func (s *Store) DeadLetterCounts() (map[string]int, error) {
 }
 
 func (s *Store) counts(ctx context.Context, sql string) (map[string]int, error) {
-	if err := s.Ready(); err != nil {
+	if err := s.available(); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, sql)
@@ -144,9 +145,10 @@ func (s *Store) settleBatch(ops []*settleOp) {
 	}
 	s.observe(err)
 	if err != nil {
-		s.Logger.Error("settle batch", zap.Int("ops", len(ops)), zap.Error(err))
+		s.settleLog.Fail("settle batch", zap.Int("ops", len(ops)), zap.Error(err))
 		err = unavailable(err)
 	} else {
+		s.settleLog.OK("settle batches complete again")
 		signal(s.notify)
 	}
 	for i, o := range ops {
