@@ -5,11 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 )
@@ -95,5 +100,46 @@ func TestFreedSlotsAloneDoNotClaim(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the forwarder's wake-ups pass
 	if asks := q.since(asked); len(asks) > 1 {
 		t.Errorf("after the request was answered, the forwarder claimed %d times (%v), want 1 at most", len(asks), asks)
+	}
+}
+
+// failingQueue fails every Claim while failing is set, as a queue in a
+// database that is down does.
+type failingQueue struct {
+	backend
+	failing atomic.Bool
+	failed  atomic.Int32
+}
+
+func (q *failingQueue) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
+	if q.failing.Load() {
+		q.failed.Add(1)
+		return nil, &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "database unavailable"}
+	}
+	return q.backend.Claim(ctx, owner, source, n, lease)
+}
+
+// While the queue is down, the forwarder logs its first failed claim and
+// that claims succeed again, not every failed claim.
+func TestFailedClaimsLogOnce(t *testing.T) {
+	down := newDownstream(t, func(r *http.Request, n int) int { return http.StatusOK })
+	q := &failingQueue{backend: openStore(t, t.TempDir())}
+	q.failing.Store(true)
+	core, logs := observer.New(zapcore.InfoLevel)
+	f := sender.New(q, map[string]sender.Route{"billing": route(down.URL)}, zap.New(core))
+	f.PollInterval = 5 * time.Millisecond
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	eventually(t, "50 failed claims", func() bool { return q.failed.Load() >= 50 })
+	q.failing.Store(false)
+	accept(t, q, "billing", "req-1", "", 0)
+	eventually(t, "the entry forwarded", func() bool { return pending(t, q)["billing"] == 0 })
+	if n := logs.FilterMessage("claim outbox entries").Len(); n != 1 {
+		t.Errorf("%d lines for %d failed claims, want 1", n, q.failed.Load())
+	}
+	if n := logs.FilterMessage("claims succeed again").Len(); n != 1 {
+		t.Errorf("%d lines saying claims succeed again, want 1", n)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/internal/ratelog"
 	"github.com/webhookd/webhookd/signature"
 )
 
@@ -85,6 +86,9 @@ type Forwarder struct {
 	conns     conns // closed to abort requests in flight
 	tlsConfig *tls.Config
 	wg        sync.WaitGroup
+	// claimLog logs failed claims: while the queue is down, every
+	// wake-up of every route fails one.
+	claimLog *ratelog.Failures
 }
 
 // New returns a forwarder for the sources in routes. Entries of a source
@@ -113,6 +117,7 @@ func New(queue forward.Queue, routes map[string]Route, logger *zap.Logger) *Forw
 // Open sets up each route's connections and starts the scheduler.
 func (f *Forwarder) Open() error {
 	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.claimLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	for name, r := range f.routes {
 		c, err := f.hostClient(r.Route)
 		if err != nil {
@@ -252,9 +257,10 @@ func (f *Forwarder) claim() {
 		claims, err := f.queue.Claim(f.ctx, f.Owner, r.name, free, r.lease())
 		r.ask = err != nil || len(claims) == free
 		if err != nil {
-			f.Logger.Error("claim outbox entries", zap.String("source", r.name), zap.Error(err))
+			f.claimLog.Fail("claim outbox entries", zap.String("source", r.name), zap.Error(err))
 			continue
 		}
+		f.claimLog.OK("claims succeed again")
 		for _, c := range claims {
 			r.inflight++
 			f.jobs++
