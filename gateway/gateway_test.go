@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/internal/ratelog"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -637,5 +639,42 @@ func TestOneLogLinePerDelivery(t *testing.T) {
 	f.post("billing", billing("req-quiet", "sub_1", 2))
 	if logs.Len() != 0 {
 		t.Errorf("at warn level, %d lines logged", logs.Len())
+	}
+}
+
+// unready is a Decider whose readiness the test sets.
+type unready struct {
+	Decider
+	err atomic.Pointer[webhookd.Error]
+}
+
+func (u *unready) Ready() error {
+	if err := u.err.Load(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Probes of a gateway that is not ready log when it turns and when it is
+// ready again, not every probe.
+func TestReadinessLogsTransitions(t *testing.T) {
+	var u *unready
+	f := newFixture(t, func(d Decider) Decider { u = &unready{Decider: d}; return u })
+	core, logs := observer.New(zapcore.InfoLevel)
+	f.server.logger = zap.New(core)
+	f.server.readiness = ratelog.New(f.server.logger, zapcore.WarnLevel, ratelog.DefaultEvery)
+	probe := func() int { return f.do(httptest.NewRequest(http.MethodGet, "/readyz", nil)).status }
+	u.err.Store(&webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "database unavailable"})
+	for range 20 {
+		if status := probe(); status != 503 {
+			t.Fatalf("readyz while the store is not ready: %d, want 503", status)
+		}
+	}
+	u.err.Store(nil)
+	if status := probe(); status != 200 {
+		t.Fatalf("readyz once the store is ready: %d", status)
+	}
+	if n := logs.Len(); n != 2 || logs.FilterMessage("not ready").Len() != 1 || logs.FilterMessage("ready again").Len() != 1 {
+		t.Errorf("logged %v; want one line as it turned, one as it came back", logs.AllUntimed())
 	}
 }
