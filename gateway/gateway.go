@@ -124,8 +124,9 @@ type Server struct {
 	stopping            atomic.Bool
 
 	// readiness logs when /readyz turns 503 and back: a probe every few
-	// seconds would otherwise log every answer.
-	readiness *ratelog.Failures
+	// seconds would otherwise log every answer. unavailable logs requests
+	// refused with 503 at most once every 10 s.
+	readiness, unavailable *ratelog.Failures
 }
 
 // NewServer builds both apps from cfg. It fails on a source it cannot
@@ -138,6 +139,7 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 		Console:        noConsole,
 		logger:         logger,
 		readiness:      ratelog.New(logger, zapcore.WarnLevel, ratelog.DefaultEvery),
+		unavailable:    ratelog.New(logger, zapcore.ErrorLevel, ratelog.DefaultEvery),
 		decider:        decider,
 		records:        records,
 		now:            time.Now,
@@ -403,7 +405,13 @@ func (s *Server) handlePublicError(c *fiber.Ctx, err error) error {
 // handleError is the one place that writes error responses.
 func (s *Server) handleError(c *fiber.Ctx, err error) error {
 	status, body := errorStatus(err)
-	if status >= 500 && !errors.As(err, new(notReady)) {
+	switch {
+	case errors.As(err, new(notReady)):
+	case status == fiber.StatusServiceUnavailable:
+		// An outage refuses every request until it ends; the store logs
+		// its start and end.
+		s.unavailable.Fail("request failed", zap.String("method", c.Method()), zap.String("path", c.Path()), zap.Int("status", status), zap.Error(err))
+	case status >= 500:
 		s.logger.Error("request failed", zap.String("method", c.Method()), zap.String("path", c.Path()), zap.Int("status", status), zap.Error(err))
 	}
 	if status == fiber.StatusServiceUnavailable {

@@ -678,3 +678,23 @@ func TestReadinessLogsTransitions(t *testing.T) {
 		t.Errorf("logged %v; want one line as it turned, one as it came back", logs.AllUntimed())
 	}
 }
+
+// Deliveries refused with 503 while the store is down each have their
+// delivery line, and one error line between them, not one each.
+func TestUnavailableLogsOnce(t *testing.T) {
+	f := newFixture(t, func(d Decider) Decider { return failing{d} })
+	core, logs := observer.New(zapcore.InfoLevel)
+	f.server.logger = zap.New(core)
+	f.server.unavailable = ratelog.New(f.server.logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	for i := range 20 {
+		if r := f.post("billing", billing(fmt.Sprint("req-", i), "sub_1", i+1)); r.status != 503 {
+			t.Fatalf("delivery with the store down: %d, want 503", r.status)
+		}
+	}
+	if n := logs.FilterMessage("delivery").Len(); n != 20 {
+		t.Errorf("%d delivery lines, want 20", n)
+	}
+	if n := logs.FilterMessage("request failed").Len(); n != 1 {
+		t.Errorf("%d error lines for 20 refusals, want 1", n)
+	}
+}
