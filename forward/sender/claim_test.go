@@ -103,25 +103,44 @@ func TestFreedSlotsAloneDoNotClaim(t *testing.T) {
 	}
 }
 
-// failingQueue fails every Claim while failing is set, as a queue in a
-// database that is down does.
+// failingQueue fails every Claim and depth read while failing is set, and
+// every Settle while failSettles is, as a queue in a database that is down
+// does.
 type failingQueue struct {
 	backend
-	failing atomic.Bool
-	failed  atomic.Int32
+	failing, failSettles  atomic.Bool
+	failed, settlesFailed atomic.Int32
 }
+
+var errQueueDown = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "database unavailable"}
 
 func (q *failingQueue) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
 	if q.failing.Load() {
 		q.failed.Add(1)
-		return nil, &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "database unavailable"}
+		return nil, errQueueDown
 	}
 	return q.backend.Claim(ctx, owner, source, n, lease)
 }
 
-// While the queue is down, the forwarder logs its first failed claim and
-// that claims succeed again, not every failed claim.
-func TestFailedClaimsLogOnce(t *testing.T) {
+func (q *failingQueue) Pending(ctx context.Context) (map[string]int, error) {
+	if q.failing.Load() {
+		return nil, errQueueDown
+	}
+	return q.backend.Pending(ctx)
+}
+
+func (q *failingQueue) Settle(ctx context.Context, c forward.Claim, r forward.Result) error {
+	if q.failSettles.Load() {
+		q.settlesFailed.Add(1)
+		return errQueueDown
+	}
+	return q.backend.Settle(ctx, c, r)
+}
+
+// While the queue is down, the forwarder logs the first failure of each
+// kind and when it succeeds again, not every failed claim, depth read or
+// settle.
+func TestQueueFailuresLogOnce(t *testing.T) {
 	down := newDownstream(t, func(r *http.Request, n int) int { return http.StatusOK })
 	q := &failingQueue{backend: openStore(t, t.TempDir())}
 	q.failing.Store(true)
@@ -133,13 +152,24 @@ func TestFailedClaimsLogOnce(t *testing.T) {
 	}
 	t.Cleanup(func() { f.Close(ctx) })
 	eventually(t, "50 failed claims", func() bool { return q.failed.Load() >= 50 })
+	q.failSettles.Store(true)
 	q.failing.Store(false)
-	accept(t, q, "billing", "req-1", "", 0)
-	eventually(t, "the entry forwarded", func() bool { return pending(t, q)["billing"] == 0 })
-	if n := logs.FilterMessage("claim outbox entries").Len(); n != 1 {
-		t.Errorf("%d lines for %d failed claims, want 1", n, q.failed.Load())
+	for i := range 4 {
+		accept(t, q, "billing", fmt.Sprint("req-", i), "", 0)
 	}
-	if n := logs.FilterMessage("claims succeed again").Len(); n != 1 {
-		t.Errorf("%d lines saying claims succeed again, want 1", n)
+	eventually(t, "4 failed settles", func() bool { return q.settlesFailed.Load() >= 4 })
+	q.failSettles.Store(false)
+	eventually(t, "the entries forwarded", func() bool { return pending(t, q)["billing"] == 0 })
+	for msg, want := range map[string]int{
+		"claim outbox entries":           1,
+		"claims succeed again":           1,
+		"read outbox depth":              1,
+		"outbox depth read again":        1,
+		"settle forward attempt":         1,
+		"forward results recorded again": 1,
+	} {
+		if n := logs.FilterMessage(msg).Len(); n != want {
+			t.Errorf("%d lines %q, want %d (%d claims and %d settles failed)", n, msg, want, q.failed.Load(), q.settlesFailed.Load())
+		}
 	}
 }

@@ -86,9 +86,10 @@ type Forwarder struct {
 	conns     conns // closed to abort requests in flight
 	tlsConfig *tls.Config
 	wg        sync.WaitGroup
-	// claimLog logs failed claims: while the queue is down, every
-	// wake-up of every route fails one.
-	claimLog *ratelog.Failures
+	// While the queue is down, every wake-up of every route fails a claim,
+	// every poll a depth read, and every job in flight a settle each
+	// second: each kind is logged as a run (ratelog).
+	claimLog, depthLog, settleLog *ratelog.Failures
 }
 
 // New returns a forwarder for the sources in routes. Entries of a source
@@ -118,6 +119,8 @@ func New(queue forward.Queue, routes map[string]Route, logger *zap.Logger) *Forw
 func (f *Forwarder) Open() error {
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.claimLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	f.depthLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	f.settleLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	for name, r := range f.routes {
 		c, err := f.hostClient(r.Route)
 		if err != nil {
@@ -233,9 +236,10 @@ func (f *Forwarder) wait() time.Duration {
 func (f *Forwarder) discoverOrphans() {
 	pending, err := f.queue.Pending(f.ctx)
 	if err != nil {
-		f.Logger.Error("read outbox depth", zap.Error(err))
+		f.depthLog.Fail("read outbox depth", zap.Error(err))
 		return
 	}
+	f.depthLog.OK("outbox depth read again")
 	for source, n := range pending {
 		if _, ok := f.routes[source]; !ok && n > 0 {
 			f.routes[source] = &route{Route: Route{Concurrency: 1}, name: source, orphan: true, ask: true}
@@ -318,12 +322,13 @@ func (f *Forwarder) record(r *route, c *forward.Claim, res forward.Result) (ok b
 		err := f.queue.Settle(f.ctx, *c, res)
 		switch {
 		case err == nil:
+			f.settleLog.OK("forward results recorded again")
 			return true
 		case errors.Is(err, forward.ErrLeaseLost):
 			f.Logger.Warn("claim lost before its result was recorded: another owner forwards the entry", zap.String("source", c.Source), zap.String("request_id", c.RequestID))
 			return false
 		}
-		f.Logger.Error("settle forward attempt", zap.String("source", c.Source), zap.String("request_id", c.RequestID), zap.Error(err))
+		f.settleLog.Fail("settle forward attempt", zap.String("source", c.Source), zap.String("request_id", c.RequestID), zap.Error(err))
 		select {
 		case <-time.After(max(r.Policy.Initial, time.Second)):
 		case <-f.stop:
