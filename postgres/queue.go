@@ -26,10 +26,23 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 	}
 	now := s.Now().Truncate(time.Microsecond)
 	until := now.Add(lease)
-	rows, err := s.pool.Query(ctx, claim, source, now, n, owner, until)
+	claims, err := s.leaseHeads(ctx, owner, source, n, now, until)
 	if err != nil {
 		s.observe(err)
 		return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
+	}
+	// The statement returns rows in no particular order.
+	slices.SortFunc(claims, func(a, b forward.Claim) int {
+		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), cmp.Compare(a.Seq, b.Seq))
+	})
+	return claims, nil
+}
+
+// leaseHeads runs the claim statement and reads what it leased.
+func (s *Store) leaseHeads(ctx context.Context, owner, source string, n int, now, until time.Time) ([]forward.Claim, error) {
+	rows, err := s.pool.Query(ctx, claim, source, now, n, owner, until)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var claims []forward.Claim
@@ -38,19 +51,12 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 		var token int64
 		var body []byte
 		if c.Entry, err = scanEntry(rows, &token, &body, &c.Newer); err != nil {
-			return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
+			return nil, err
 		}
 		c.Token, c.Body = uint64(token), body
 		claims = append(claims, c)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
-	}
-	// The statement returns rows in no particular order.
-	slices.SortFunc(claims, func(a, b forward.Claim) int {
-		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), cmp.Compare(a.Seq, b.Seq))
-	})
-	return claims, nil
+	return claims, rows.Err()
 }
 
 // Pending returns how many entries wait to be forwarded, by source.
