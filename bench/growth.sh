@@ -11,14 +11,15 @@
 # new request ID) runs in intervals of SECONDS (30) until RECEIPTS
 # (2,000,000) are accepted, then one more minute. Each interval prints
 # accepted/s, wrk's p99, the CPU time webhookd and PostgreSQL spent per
-# 1,000 receipts (what the cores would allow on a machine of its own: the
-# rate moves with whatever else runs, this does not), the machine's load,
+# 1,000 receipts (PostgreSQL: the backends of webhookd's connections; what
+# a receipt costs the cores, which the rate shows only on a machine of its
+# own, as it moves with whatever else runs), the machine's load average,
 # webhookd's RSS, and the receipts table's size, dead rows and when it was
 # last analyzed (PostgreSQL), or the data directory's size (Badger). The
-# last lines compare the minute after RECEIPTS with the first minute. Everything it starts is stopped by PID
-# on exit. --max-minutes (60) bounds the run. BENCH_POSTGRES is --postgres's
-# default; the database's own settings (autovacuum among them) are used as
-# they are.
+# last lines compare the minute after RECEIPTS with the first minute.
+# Everything it starts is stopped by PID on exit. --max-minutes (60)
+# bounds the run. BENCH_POSTGRES is --postgres's default; the database's
+# own settings (autovacuum among them) are used as they are.
 set -euo pipefail
 
 TARGET=2000000
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
 	--badger) BADGER=1; shift ;;
 	--max-minutes) MAX_MINUTES=$2; shift 2 ;;
 	--workdir) WORK=$2; shift 2 ;;
-	-h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
 	*) echo "growth.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -88,14 +89,16 @@ now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.${2:-0}f\", ($1) }"; }
 CLK_TCK=$(getconf CLK_TCK)
 ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; } # utime + stime
-# pg_ticks: PostgreSQL's CPU ticks: its live processes and those the
-# postmaster has reaped.
+# pg_ticks: the CPU ticks of the PostgreSQL backends serving webhookd's
+# database (webhookd's pooled connections), and none of another database's,
+# which other users of the cluster may be loading.
 pg_ticks() {
-	local pm p sum=0
+	local p sum=0
 	[ -z "$BADGER" ] || { echo 0; return; }
-	pm=$(pgrep -o -x postgres)
-	for p in $(pgrep -x postgres); do sum=$((sum + $(ticks "$p" 2>/dev/null || echo 0))); done
-	echo $((sum + $(sed 's/.*) //' "/proc/$pm/stat" | awk '{ print $14 + $15 }')))
+	for p in $(psql -Atc "SELECT pid FROM pg_stat_activity WHERE datname = '$DB' AND pid <> pg_backend_pid()" "$PG_BASE/$DB"); do
+		sum=$((sum + $(ticks "$p" 2>/dev/null || echo 0)))
+	done
+	echo "$sum"
 }
 rss_mib() { awk '/^VmRSS:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
 accepted() {
@@ -152,7 +155,7 @@ fi
 say "machine: $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); work dir $WORK; webhookd pid $HOOKD_PID"
 say "target: $TARGET receipts, then one more minute; ${INTERVAL} s intervals of wrk -t$THREADS -c$CONNS --timeout 30s"
 echo
-say "t s | receipts | accepted/s | wrk p99 ms | non-2xx | CPU ms/1k webhookd | CPU ms/1k PostgreSQL | load avg | RSS MiB | $size_header"
+say "t s | receipts | accepted/s | wrk p99 ms | non-2xx | CPU ms/1k webhookd | CPU ms/1k PostgreSQL backends | load avg | RSS MiB | $size_header"
 
 start=$(now) chunk=0 extra=0 total=$(accepted)
 FIRST=() LAST=() FIRST_CPU=() LAST_CPU=()
