@@ -174,11 +174,13 @@ while :; do
 	rate=$(calc "($total - $a0) / ($t1 - $t0)")
 	n=$((total > a0 ? total - a0 : 1))
 	hcpu=$(calc "($h1 - $h0) * 1e6 / $CLK_TCK / $n") pcpu=$(calc "($p1 - $p0) * 1e6 / $CLK_TCK / $n")
+	cpu=$(calc "$hcpu + $pcpu")
+	[ -z "$BADGER" ] || pcpu=-
 	say "$(calc "$t1 - $start") | $total | $rate | $(calc "$w_p99_us / 1000" 1) | $w_non2xx3xx | $hcpu | $pcpu | $(cut -d' ' -f1 /proc/loadavg) | $(rss_mib "$HOOKD_PID") | $(size)"
 	# The first minute, and the minute after the target.
-	if [ "$(calc "$t0 - $start < 60")" = 1 ]; then FIRST+=("$rate") FIRST_CPU+=("$(calc "$hcpu + $pcpu")"); fi
+	if [ "$(calc "$t0 - $start < 60")" = 1 ]; then FIRST+=("$rate") FIRST_CPU+=("$cpu"); fi
 	if [ "$a0" -ge "$TARGET" ]; then
-		LAST+=("$rate") LAST_CPU+=("$(calc "$hcpu + $pcpu")")
+		LAST+=("$rate") LAST_CPU+=("$cpu")
 		extra=$(calc "$extra + $t1 - $t0")
 		[ "$(calc "$extra >= 60")" = 0 ] || break
 	fi
@@ -193,7 +195,9 @@ if [ "${#LAST[@]}" -gt 0 ]; then
 	first=$(mean "${FIRST[@]}") last=$(mean "${LAST[@]}")
 	say "first minute: $first accepted/s; the minute after $TARGET receipts: $last accepted/s; ratio $(calc "$last / $first" 2)"
 	first=$(mean "${FIRST_CPU[@]}") last=$(mean "${LAST_CPU[@]}")
-	say "CPU ms per 1,000 receipts, webhookd and PostgreSQL: first minute $first, the minute after $TARGET receipts $last; receipts per CPU second, ratio $(calc "$first / $last" 2)"
+	who="webhookd and PostgreSQL"
+	[ -z "$BADGER" ] || who=webhookd
+	say "CPU ms per 1,000 receipts, $who: first minute $first, the minute after $TARGET receipts $last; receipts per CPU second, ratio $(calc "$first / $last" 2)"
 fi
 say "webhookd log lines at warn or above: $(grep -c '"level":"\(warn\|error\)"' "$WORK/webhookd.log" || true) ($WORK/webhookd.log)"
 say "work dir kept for inspection: $WORK"
