@@ -20,11 +20,13 @@ import (
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/internal/ratelog"
 	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/versioning"
 )
@@ -126,6 +128,11 @@ type Server struct {
 	publicLn, adminLn   net.Listener
 	publicAddr, adminAd string
 	stopping            atomic.Bool
+
+	// readiness logs when /readyz turns 503 and back: a probe every few
+	// seconds would otherwise log every answer. unavailable logs requests
+	// refused with 503 at most once every 10 s.
+	readiness, unavailable *ratelog.Failures
 }
 
 // NewServer builds both apps from cfg. It fails on a source it cannot
@@ -137,6 +144,8 @@ func NewServer(cfg *configs.Config, decider Decider, records Records, logger *za
 		Observer:       nopObserver{},
 		Console:        noConsole,
 		logger:         logger,
+		readiness:      ratelog.New(logger, zapcore.WarnLevel, ratelog.DefaultEvery),
+		unavailable:    ratelog.New(logger, zapcore.ErrorLevel, ratelog.DefaultEvery),
 		decider:        decider,
 		records:        records,
 		now:            time.Now,
@@ -372,14 +381,26 @@ func (s *Server) handleHealthz(c *fiber.Ctx) error {
 }
 
 func (s *Server) handleReadyz(c *fiber.Ctx) error {
+	err := s.ready()
+	if err != nil {
+		s.readiness.Fail("not ready", zap.Error(err))
+		return notReady{err}
+	}
+	s.readiness.OK("ready again")
+	return c.JSON(fiber.Map{"status": "ready"})
+}
+
+func (s *Server) ready() error {
 	if s.stopping.Load() {
 		return webhookd.Errorf(webhookd.EUNAVAILABLE, "shutting down")
 	}
-	if err := s.decider.Ready(); err != nil {
-		return err
-	}
-	return c.JSON(fiber.Map{"status": "ready"})
+	return s.decider.Ready()
 }
+
+// notReady is /readyz's refusal, which handleReadyz has logged.
+type notReady struct{ error }
+
+func (e notReady) Unwrap() error { return e.error }
 
 // statuses is the one table from error codes to HTTP statuses.
 var statuses = map[string]int{
@@ -501,7 +522,13 @@ func (s *Server) handlePublicError(c *fiber.Ctx, err error) error {
 // handleError is the one place that writes error responses.
 func (s *Server) handleError(c *fiber.Ctx, err error) error {
 	status, body := errorStatus(err)
-	if status >= 500 {
+	switch {
+	case errors.As(err, new(notReady)):
+	case status == fiber.StatusServiceUnavailable:
+		// An outage refuses every request until it ends; the store logs
+		// its start and end.
+		s.unavailable.Fail("request failed", zap.String("method", c.Method()), zap.String("path", c.Path()), zap.Int("status", status), zap.Error(err))
+	case status >= 500:
 		s.logger.Error("request failed", zap.String("method", c.Method()), zap.String("path", c.Path()), zap.Int("status", status), zap.Error(err))
 	}
 	if status == fiber.StatusServiceUnavailable {

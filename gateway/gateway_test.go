@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/internal/ratelog"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -761,5 +763,62 @@ func TestOneLogLinePerDelivery(t *testing.T) {
 	f.post("billing", billing("req-quiet", "sub_1", 2))
 	if logs.Len() != 0 {
 		t.Errorf("at warn level, %d lines logged", logs.Len())
+	}
+}
+
+// unready is a Decider whose readiness the test sets.
+type unready struct {
+	Decider
+	err atomic.Pointer[webhookd.Error]
+}
+
+func (u *unready) Ready() error {
+	if err := u.err.Load(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Probes of a gateway that is not ready log when it turns and when it is
+// ready again, not every probe.
+func TestReadinessLogsTransitions(t *testing.T) {
+	var u *unready
+	f := newFixture(t, func(d Decider) Decider { u = &unready{Decider: d}; return u })
+	core, logs := observer.New(zapcore.InfoLevel)
+	f.server.logger = zap.New(core)
+	f.server.readiness = ratelog.New(f.server.logger, zapcore.WarnLevel, ratelog.DefaultEvery)
+	probe := func() int { return f.do(httptest.NewRequest(http.MethodGet, "/readyz", nil)).status }
+	u.err.Store(&webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "database unavailable"})
+	for range 20 {
+		if status := probe(); status != 503 {
+			t.Fatalf("readyz while the store is not ready: %d, want 503", status)
+		}
+	}
+	u.err.Store(nil)
+	if status := probe(); status != 200 {
+		t.Fatalf("readyz once the store is ready: %d", status)
+	}
+	if n := logs.Len(); n != 2 || logs.FilterMessage("not ready").Len() != 1 || logs.FilterMessage("ready again").Len() != 1 {
+		t.Errorf("logged %v; want one line as it turned, one as it came back", logs.AllUntimed())
+	}
+}
+
+// Deliveries refused with 503 while the store is down each have their
+// delivery line, and one error line between them, not one each.
+func TestUnavailableLogsOnce(t *testing.T) {
+	f := newFixture(t, func(d Decider) Decider { return failing{d} })
+	core, logs := observer.New(zapcore.InfoLevel)
+	f.server.logger = zap.New(core)
+	f.server.unavailable = ratelog.New(f.server.logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	for i := range 20 {
+		if r := f.post("billing", billing(fmt.Sprint("req-", i), "sub_1", i+1)); r.status != 503 {
+			t.Fatalf("delivery with the store down: %d, want 503", r.status)
+		}
+	}
+	if n := logs.FilterMessage("delivery").Len(); n != 20 {
+		t.Errorf("%d delivery lines, want 20", n)
+	}
+	if n := logs.FilterMessage("request failed").Len(); n != 1 {
+		t.Errorf("%d error lines for 20 refusals, want 1", n)
 	}
 }

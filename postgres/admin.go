@@ -17,7 +17,7 @@ import (
 // Receipt returns the receipt of one request ID, with its current forward
 // status.
 func (s *Store) Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error) {
-	if err := s.Ready(); err != nil {
+	if err := s.available(); err != nil {
 		return nil, err
 	}
 	r, err := scanReceipt(s.pool.QueryRow(ctx, readReceipt, source, requestID, s.Now()))
@@ -29,7 +29,7 @@ func (s *Store) Receipt(ctx context.Context, source, requestID string) (*dedupe.
 
 // Latest returns the latest accepted version of one resource.
 func (s *Store) Latest(ctx context.Context, source, resource string) (*versioning.Latest, error) {
-	if err := s.Ready(); err != nil {
+	if err := s.available(); err != nil {
 		return nil, err
 	}
 	var src, res string
@@ -61,7 +61,7 @@ func (s *Store) DeadLetters(ctx context.Context, source string) ([]forward.Entry
 }
 
 func (s *Store) entries(ctx context.Context, sql, source string, dead bool) ([]forward.Entry, error) {
-	if err := s.Ready(); err != nil {
+	if err := s.available(); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, sql, source)
@@ -198,7 +198,7 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 // repair runs fn in a transaction of its own. Repairs lock what they read
 // in the order decisions do: the receipt, the latest version, the payload.
 func (s *Store) repair(ctx context.Context, fn func(tx pgx.Tx, now time.Time) error) error {
-	if err := s.Ready(); err != nil {
+	if err := s.available(); err != nil {
 		return err
 	}
 	now := s.Now().Truncate(time.Microsecond)

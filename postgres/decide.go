@@ -168,10 +168,12 @@ func (s *Store) decideBatch(ops []*decideOp) {
 		}
 	}
 	s.observe(err)
+	s.observeDecision(err)
 	if err != nil {
-		s.Logger.Error("decide batch", zap.Int("ops", len(ops)), zap.Error(err))
+		s.decideLog.Fail("decide batch", zap.Int("ops", len(ops)), zap.Error(err))
 		err = unavailable(err)
 	} else {
+		s.decideLog.OK("decide batches complete again")
 		signal(s.notify)
 	}
 	for _, o := range ops {

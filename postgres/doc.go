@@ -38,6 +38,21 @@
 // time to them. Version orders are unsigned 64-bit; they are stored with
 // the top bit flipped, so that bigint order is their order.
 //
+// Statements are planned when they run, for the tables as they are then:
+// they go as unnamed prepared statements, so no generic plan made while
+// the tables were small outlives their growth, and a decision's lookups
+// carry LIMIT 1, so that the planner cannot flatten them into a join it
+// would run as a scan of the table. webhookd's cost does not depend on
+// whether or when its tables were analyzed, and it runs no ANALYZE or
+// VACUUM of its own; with autovacuum off, Open warns once.
+//
+// Ready follows the database (a ping every HealthInterval) and the
+// decisions: after three batches in a row time out (a lock held on a
+// table answers pings), it answers 503 until a decision, or a probe that
+// takes the locks a decision takes, completes. A connection the database
+// closed while pooled fails at BEGIN; the pool then drops its idle
+// connections and the transaction begins on a new one.
+//
 // The schema is migrations/*.sql, embedded and applied at Open inside one
 // transaction that holds the webhookd_schema row: replicas starting
 // together take turns, and a database a newer build migrated is refused.

@@ -14,8 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/ratelog"
 )
 
 // Defaults for Store's fields.
@@ -30,6 +32,11 @@ const (
 	DefaultExpiryBatch      = 1000
 	DefaultHealthInterval   = time.Second
 )
+
+// maxDecisionTimeouts is how many decision batches in a row may time out
+// before Ready says the store takes no deliveries: one is a slow moment,
+// three are a lock or a stalled database, which a ping does not see.
+const maxDecisionTimeouts = 3
 
 // MaxBody is the largest body the store takes. PostgreSQL takes a bytea up
 // to 1 GiB; a body is sent in one message and held in memory on both sides.
@@ -67,6 +74,9 @@ type Store struct {
 	settles   chan *settleOp
 	notify    chan struct{}
 	health    atomic.Pointer[webhookd.Error] // nil while the database answers
+	timeouts  atomic.Int32                   // decision batches in a row that timed out
+	decideLog *ratelog.Failures              // failed decision batches
+	settleLog *ratelog.Failures              // failed settle batches
 	mu        sync.RWMutex                   // guards closed against submitters racing Close
 	closed    bool
 	closing   chan struct{}
@@ -101,7 +111,7 @@ func New(dsn string) *Store {
 
 // inTx runs fn in a transaction and commits it.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -110,6 +120,21 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		return err
 	}
 	return s.commit(ctx, tx)
+}
+
+// begin starts a transaction. A pooled connection the database closed
+// while it sat idle (a restart, a terminated backend, an idle timeout)
+// fails at BEGIN, before anything is asked of it: the pool then drops
+// every idle connection, which the same event closed as well, and BEGIN is
+// tried once more on a new one, so that no batch fails for it.
+func (s *Store) begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := s.pool.Begin(ctx)
+	var connect *pgconn.ConnectError
+	if err != nil && lostConnection(err) && !errors.As(err, &connect) {
+		s.pool.Reset()
+		tx, err = s.pool.Begin(ctx)
+	}
+	return tx, err
 }
 
 // Open connects, brings the schema up to date and starts the writers and
@@ -129,6 +154,13 @@ func (s *Store) Open(ctx context.Context) error {
 		params["application_name"] = "webhookd"
 	}
 	params["statement_timeout"] = strconv.FormatInt(s.StatementTimeout.Milliseconds(), 10)
+	// Every statement is planned for the table as it is when it runs. A
+	// prepared statement's cached generic plan keeps the table sizes of the
+	// moment it was made: made while the tables were small and never made
+	// again unless an ANALYZE or VACUUM touches them (autovacuum off), it
+	// scans whole tables for what an index finds. Planning a batch's
+	// statements costs far less than one such scan.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return &webhookd.Error{Code: webhookd.EINVALID, Field: "storage.dsn", Message: "not a usable PostgreSQL connection string", Err: err}
@@ -148,6 +180,9 @@ func (s *Store) Open(ctx context.Context) error {
 		return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Field: "storage.dsn", Message: "migrate the schema of " + target, Err: err}
 	}
 	s.pool = pool
+	s.warnAutovacuum(ctx)
+	s.decideLog = ratelog.New(s.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	s.settleLog = ratelog.New(s.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	s.decisions = make(chan *decideOp, s.MaxBatch)
 	s.settles = make(chan *settleOp, s.MaxBatch)
 	s.wg.Add(5)
@@ -198,9 +233,28 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Ready reports whether the store takes operations: it is open and the
-// database answered lately.
+// errStuck is Ready's answer while decisions time out.
+var errStuck = &webhookd.Error{Code: webhookd.EUNAVAILABLE,
+	Message: "decisions time out: a lock or a stalled database holds them"}
+
+// Ready reports whether the store takes deliveries: it is open, the
+// database answered lately, and decisions complete: after
+// maxDecisionTimeouts decision batches in a row timed out, it answers
+// errStuck until a decision completes or a probe that takes the locks a
+// decision takes does.
 func (s *Store) Ready() error {
+	if err := s.available(); err != nil {
+		return err
+	}
+	if s.timeouts.Load() >= maxDecisionTimeouts {
+		return errStuck
+	}
+	return nil
+}
+
+// available reports whether the store is open and the database answered
+// lately: what reads, claims and repairs need.
+func (s *Store) available() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed || s.pool == nil {
@@ -238,14 +292,51 @@ func (s *Store) every(d time.Duration, fn func()) {
 }
 
 // checkHealth pings the database, every HealthInterval, so that Ready
-// follows it while no request comes.
+// follows it while no request comes. While decisions time out, it probes
+// instead: a load balancer sends a replica that is not ready no
+// deliveries, so the probe is what finds the lock gone.
 func (s *Store) checkHealth() {
+	if s.timeouts.Load() >= maxDecisionTimeouts {
+		ctx, cancel := s.background()
+		defer cancel()
+		_, err := s.pool.Exec(ctx, probeDecision)
+		s.observe(err)
+		s.observeDecision(err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.HealthInterval)
 	defer cancel()
 	s.observe(s.pool.Ping(ctx))
 }
 
-// observe records whether the database answered.
+// observeDecision counts decision batches in a row that timed out, and
+// logs when decisions stop and start completing.
+func (s *Store) observeDecision(err error) {
+	switch {
+	case err == nil:
+		if s.timeouts.Swap(0) >= maxDecisionTimeouts {
+			s.Logger.Info("decisions complete again; ready")
+		}
+	case timedOut(err):
+		if s.timeouts.Add(1) == maxDecisionTimeouts {
+			s.Logger.Error("decisions time out: not ready until one completes", zap.Int("batches", maxDecisionTimeouts), zap.Error(err))
+		}
+	}
+}
+
+// timedOut says whether err is a statement that ran out of time: the
+// statement or lock timeout, or the store's own deadline.
+func timedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "57014" || pgErr.Code == "55P03"
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// observe records whether the database answered. After a lost connection
+// the pool drops its idle connections, which the same restart or network
+// failure is likely to have closed, rather than fail one operation on each.
 func (s *Store) observe(err error) {
 	if err == nil {
 		if s.health.Swap(nil) != nil {
@@ -255,6 +346,9 @@ func (s *Store) observe(err error) {
 	}
 	if !unreachable(err) {
 		return
+	}
+	if lostConnection(err) {
+		s.pool.Reset()
 	}
 	e := &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "database unavailable", Err: err}
 	if s.health.Swap(e) == nil {
@@ -276,6 +370,13 @@ func unreachable(err error) bool {
 		return c[:2] == "08" || c[:3] == "57P" || c[:2] == "53"
 	}
 	return true
+}
+
+// lostConnection says whether err may have closed the connection it came
+// from, or others: the database unreachable, restarting, or the
+// connection dropped. A deadline or a cancellation is the caller's.
+func lostConnection(err error) bool {
+	return unreachable(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // submit hands an operation to a writer, unless the store is closed.

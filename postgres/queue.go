@@ -18,7 +18,7 @@ import (
 // (forward.Queue). The lease is a row's lease columns: any replica's
 // claim honours it, and once it ends any replica may claim the entry.
 func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
-	if err := s.Ready(); err != nil {
+	if err := s.available(); err != nil {
 		return nil, err
 	}
 	if n <= 0 {
@@ -26,9 +26,23 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 	}
 	now := s.Now().Truncate(time.Microsecond)
 	until := now.Add(lease)
+	claims, err := s.leaseHeads(ctx, owner, source, n, now, until)
+	if err != nil {
+		s.observe(err)
+		return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
+	}
+	// The statement returns rows in no particular order.
+	slices.SortFunc(claims, func(a, b forward.Claim) int {
+		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), cmp.Compare(a.Seq, b.Seq))
+	})
+	return claims, nil
+}
+
+// leaseHeads runs the claim statement and reads what it leased.
+func (s *Store) leaseHeads(ctx context.Context, owner, source string, n int, now, until time.Time) ([]forward.Claim, error) {
 	rows, err := s.pool.Query(ctx, claim, source, now, n, owner, until)
 	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
+		return nil, err
 	}
 	defer rows.Close()
 	var claims []forward.Claim
@@ -37,19 +51,12 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 		var token int64
 		var body []byte
 		if c.Entry, err = scanEntry(rows, &token, &body, &c.Newer); err != nil {
-			return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
+			return nil, err
 		}
 		c.Token, c.Body = uint64(token), body
 		claims = append(claims, c)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
-	}
-	// The statement returns rows in no particular order.
-	slices.SortFunc(claims, func(a, b forward.Claim) int {
-		return cmp.Or(a.NextAttemptAt.Compare(b.NextAttemptAt), cmp.Compare(a.Seq, b.Seq))
-	})
-	return claims, nil
+	return claims, rows.Err()
 }
 
 // Pending returns how many entries wait to be forwarded, by source.
@@ -65,7 +72,7 @@ func (s *Store) DeadLetterCounts() (map[string]int, error) {
 }
 
 func (s *Store) counts(ctx context.Context, sql string) (map[string]int, error) {
-	if err := s.Ready(); err != nil {
+	if err := s.available(); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, sql)
@@ -144,9 +151,10 @@ func (s *Store) settleBatch(ops []*settleOp) {
 	}
 	s.observe(err)
 	if err != nil {
-		s.Logger.Error("settle batch", zap.Int("ops", len(ops)), zap.Error(err))
+		s.settleLog.Fail("settle batch", zap.Int("ops", len(ops)), zap.Error(err))
 		err = unavailable(err)
 	} else {
+		s.settleLog.OK("settle batches complete again")
 		signal(s.notify)
 	}
 	for i, o := range ops {

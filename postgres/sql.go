@@ -10,16 +10,20 @@ const receiptColumns = `source, request_id, resource, version, decision, duplica
 
 // Decisions.
 const (
-	// readReceipts: $1 sources, $2 request IDs, $3 now.
+	// readReceipts: $1 sources, $2 request IDs, $3 now. One primary-key
+	// lookup a key, whatever the table's statistics say: the LIMIT keeps
+	// the planner from flattening the LATERAL subquery into a join, which
+	// it plans as a hash join over a scan of the whole table when its
+	// statistics are missing or older than the table's growth.
 	readReceipts = `SELECT r.* FROM unnest($1::text[], $2::text[]) AS k(s, id)
 	JOIN LATERAL (SELECT ` + receiptColumns + ` FROM webhookd_receipts
-		WHERE source = k.s AND request_id = k.id AND expires_at > $3) r ON true`
+		WHERE source = k.s AND request_id = k.id AND expires_at > $3 LIMIT 1) r ON true`
 
-	// readLatest: $1 sources, $2 resources. LATERAL: one index lookup a
-	// resource, whatever the planner guesses of the array's length.
+	// readLatest: $1 sources, $2 resources. One primary-key lookup a
+	// resource, as in readReceipts.
 	readLatest = `SELECT l.source, l.resource, l.version, l.ord, l.request_id, l.updated_at
 	FROM unnest($1::text[], $2::text[]) AS k(s, res)
-	JOIN LATERAL (SELECT * FROM webhookd_latest l WHERE l.source = k.s AND l.resource = k.res) l ON true`
+	JOIN LATERAL (SELECT * FROM webhookd_latest l WHERE l.source = k.s AND l.resource = k.res LIMIT 1) l ON true`
 
 	// insertReceipts writes new receipts, over expired ones ($16: now)
 	// but never over a live one: that row is not written, and the batch
@@ -174,6 +178,15 @@ const (
 		OR EXISTS (SELECT 1 FROM webhookd_dead_letters WHERE source = $3 AND request_id = $4 AND token = $2)`
 )
 
+// probeDecision takes the table locks a decision's writes take, and writes
+// nothing: it waits where a decision would wait, and returns when a
+// decision could go on.
+const probeDecision = `WITH r AS (UPDATE webhookd_receipts SET attempts = attempts WHERE false RETURNING 1),
+	l AS (UPDATE webhookd_latest SET ord = ord WHERE false RETURNING 1),
+	o AS (UPDATE webhookd_outbox SET attempts = attempts WHERE false RETURNING 1),
+	p AS (UPDATE webhookd_payloads SET expires_at = expires_at WHERE false RETURNING 1)
+SELECT 1`
+
 // Reads and repairs for the admin API.
 const (
 	readReceipt = `SELECT ` + receiptColumns + ` FROM webhookd_receipts
@@ -215,10 +228,15 @@ const (
 	WHERE source = $1 AND request_id = $2 AND first_seen = $3`
 )
 
-// Expiry: bounded batches, skipping rows a transaction holds right now.
+// Expiry: bounded batches, oldest first, skipping rows a transaction holds
+// right now. ORDER BY walks the expires_at index whatever the statistics
+// say; without it, a table never analyzed is read whole every minute, as
+// the planner guesses a third of its rows expired.
 const (
 	expireReceipts = `DELETE FROM webhookd_receipts WHERE (source, request_id) IN (
-		SELECT source, request_id FROM webhookd_receipts WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+		SELECT source, request_id FROM webhookd_receipts WHERE expires_at <= $1
+		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 	expirePayloads = `DELETE FROM webhookd_payloads WHERE (source, request_id) IN (
-		SELECT source, request_id FROM webhookd_payloads WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`
+		SELECT source, request_id FROM webhookd_payloads WHERE expires_at <= $1
+		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
 )

@@ -5,11 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 )
@@ -95,5 +100,76 @@ func TestFreedSlotsAloneDoNotClaim(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the forwarder's wake-ups pass
 	if asks := q.since(asked); len(asks) > 1 {
 		t.Errorf("after the request was answered, the forwarder claimed %d times (%v), want 1 at most", len(asks), asks)
+	}
+}
+
+// failingQueue fails every Claim and depth read while failing is set, and
+// every Settle while failSettles is, as a queue in a database that is down
+// does.
+type failingQueue struct {
+	backend
+	failing, failSettles  atomic.Bool
+	failed, settlesFailed atomic.Int32
+}
+
+var errQueueDown = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "database unavailable"}
+
+func (q *failingQueue) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
+	if q.failing.Load() {
+		q.failed.Add(1)
+		return nil, errQueueDown
+	}
+	return q.backend.Claim(ctx, owner, source, n, lease)
+}
+
+func (q *failingQueue) Pending(ctx context.Context) (map[string]int, error) {
+	if q.failing.Load() {
+		return nil, errQueueDown
+	}
+	return q.backend.Pending(ctx)
+}
+
+func (q *failingQueue) Settle(ctx context.Context, c forward.Claim, r forward.Result) error {
+	if q.failSettles.Load() {
+		q.settlesFailed.Add(1)
+		return errQueueDown
+	}
+	return q.backend.Settle(ctx, c, r)
+}
+
+// While the queue is down, the forwarder logs the first failure of each
+// kind and when it succeeds again, not every failed claim, depth read or
+// settle.
+func TestQueueFailuresLogOnce(t *testing.T) {
+	down := newDownstream(t, func(r *http.Request, n int) int { return http.StatusOK })
+	q := &failingQueue{backend: openStore(t, t.TempDir())}
+	q.failing.Store(true)
+	core, logs := observer.New(zapcore.InfoLevel)
+	f := sender.New(q, map[string]sender.Route{"billing": route(down.URL)}, zap.New(core))
+	f.PollInterval = 5 * time.Millisecond
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	eventually(t, "50 failed claims", func() bool { return q.failed.Load() >= 50 })
+	q.failSettles.Store(true)
+	q.failing.Store(false)
+	for i := range 4 {
+		accept(t, q, "billing", fmt.Sprint("req-", i), "", 0)
+	}
+	eventually(t, "4 failed settles", func() bool { return q.settlesFailed.Load() >= 4 })
+	q.failSettles.Store(false)
+	eventually(t, "the entries forwarded", func() bool { return pending(t, q)["billing"] == 0 })
+	for msg, want := range map[string]int{
+		"claim outbox entries":           1,
+		"claims succeed again":           1,
+		"read outbox depth":              1,
+		"outbox depth read again":        1,
+		"settle forward attempt":         1,
+		"forward results recorded again": 1,
+	} {
+		if n := logs.FilterMessage(msg).Len(); n != want {
+			t.Errorf("%d lines %q, want %d (%d claims and %d settles failed)", n, msg, want, q.failed.Load(), q.settlesFailed.Load())
+		}
 	}
 }

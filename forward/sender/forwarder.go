@@ -23,6 +23,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/internal/ratelog"
 	"github.com/webhookd/webhookd/signature"
 )
 
@@ -89,6 +90,10 @@ type Forwarder struct {
 	conns     conns // closed to abort requests in flight
 	tlsConfig *tls.Config
 	wg        sync.WaitGroup
+	// While the queue is down, every wake-up of every route fails a claim,
+	// every poll a depth read, and every job in flight a settle each
+	// second: each kind is logged as a run (ratelog).
+	claimLog, depthLog, settleLog *ratelog.Failures
 }
 
 // New returns a forwarder for the sources in routes. Entries of a source
@@ -117,6 +122,9 @@ func New(queue forward.Queue, routes map[string]Route, logger *zap.Logger) *Forw
 // Open sets up each route's connections and starts the scheduler.
 func (f *Forwarder) Open() error {
 	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.claimLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	f.depthLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	f.settleLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	for name, r := range f.routes {
 		c, err := f.hostClient(r.Route)
 		if err != nil {
@@ -232,9 +240,10 @@ func (f *Forwarder) wait() time.Duration {
 func (f *Forwarder) discoverOrphans() {
 	pending, err := f.queue.Pending(f.ctx)
 	if err != nil {
-		f.Logger.Error("read outbox depth", zap.Error(err))
+		f.depthLog.Fail("read outbox depth", zap.Error(err))
 		return
 	}
+	f.depthLog.OK("outbox depth read again")
 	for source, n := range pending {
 		if _, ok := f.routes[source]; !ok && n > 0 {
 			f.routes[source] = &route{Route: Route{Concurrency: 1}, name: source, orphan: true, ask: true}
@@ -256,9 +265,10 @@ func (f *Forwarder) claim() {
 		claims, err := f.queue.Claim(f.ctx, f.Owner, r.name, free, r.lease())
 		r.ask = err != nil || len(claims) == free
 		if err != nil {
-			f.Logger.Error("claim outbox entries", zap.String("source", r.name), zap.Error(err))
+			f.claimLog.Fail("claim outbox entries", zap.String("source", r.name), zap.Error(err))
 			continue
 		}
+		f.claimLog.OK("claims succeed again")
 		for _, c := range claims {
 			r.inflight++
 			f.jobs++
@@ -316,12 +326,13 @@ func (f *Forwarder) record(r *route, c *forward.Claim, res forward.Result) (ok b
 		err := f.queue.Settle(f.ctx, *c, res)
 		switch {
 		case err == nil:
+			f.settleLog.OK("forward results recorded again")
 			return true
 		case errors.Is(err, forward.ErrLeaseLost):
 			f.Logger.Warn("claim lost before its result was recorded: another owner forwards the entry", zap.String("source", c.Source), zap.String("request_id", c.RequestID))
 			return false
 		}
-		f.Logger.Error("settle forward attempt", zap.String("source", c.Source), zap.String("request_id", c.RequestID), zap.Error(err))
+		f.settleLog.Fail("settle forward attempt", zap.String("source", c.Source), zap.String("request_id", c.RequestID), zap.Error(err))
 		select {
 		case <-time.After(max(r.Policy.Initial, time.Second)):
 		case <-f.stop:

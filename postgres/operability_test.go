@@ -1,0 +1,298 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/postgres/pgtest"
+)
+
+// openLogged opens a store on dsn whose log the test reads; adjust changes
+// its fields before Open.
+func openLogged(t *testing.T, dsn string, adjust func(*Store)) (*Store, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zapcore.DebugLevel)
+	s := New(dsn)
+	s.Logger = zap.New(core)
+	if adjust != nil {
+		adjust(s)
+	}
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, logs
+}
+
+// eventually waits up to 10 s for cond, polling.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not %s after 10 s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAutovacuumWarning turns autovacuum off for one table: the next store
+// to open warns once, naming it.
+func TestAutovacuumWarning(t *testing.T) {
+	dsn := pgtest.SchemaDSN(t, t.Name())
+	s, logs := openLogged(t, dsn, nil)
+	var serverOn bool
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('autovacuum') = 'on'`).Scan(&serverOn); err != nil {
+		t.Fatal(err)
+	}
+	warnings := func(l *observer.ObservedLogs) []observer.LoggedEntry {
+		return l.FilterMessageSnippet("autovacuum is off").AllUntimed()
+	}
+	if got := warnings(logs); serverOn && len(got) != 0 {
+		t.Errorf("autovacuum on everywhere, yet warned: %v", got)
+	}
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE webhookd_outbox SET (autovacuum_enabled = off)`); err != nil {
+		t.Fatal(err)
+	}
+	_, logs = openLogged(t, dsn, nil)
+	got := warnings(logs)
+	if len(got) != 1 || got[0].Level != zapcore.WarnLevel || !strings.Contains(got[0].ContextMap()["tables"].(string), "webhookd_outbox") {
+		t.Errorf("warnings %v, want one naming webhookd_outbox", got)
+	}
+}
+
+// lockTable holds an ACCESS EXCLUSIVE lock on table from another
+// connection until the returned function is called.
+func lockTable(t *testing.T, dsn, table string) (release func()) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			tx.Rollback(ctx)
+			conn.Close(ctx)
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// TestNotReadyWhileDecisionsTimeOut holds a lock on the receipts while
+// decisions run into the statement timeout: after three in a row the
+// store is not ready, though the database answers pings; once the lock is
+// gone, a probe (or a decision) makes it ready again.
+func TestNotReadyWhileDecisionsTimeOut(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		health   time.Duration
+		recovers func(*testing.T, *Store)
+	}{
+		{"by probe", 20 * time.Millisecond, func(t *testing.T, s *Store) {
+			eventually(t, "ready", func() bool { return s.Ready() == nil })
+		}},
+		{"by decision", time.Hour, func(t *testing.T, s *Store) {
+			if out, err := s.Decide(ctx, delivery("after", "", 0, "x")); err != nil || out.Decision != webhookd.Accepted {
+				t.Fatalf("a decision after the lock: %+v, %v", out, err)
+			}
+			if err := s.Ready(); err != nil {
+				t.Errorf("Ready after a decision completed: %v", err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dsn := pgtest.SchemaDSN(t, t.Name())
+			s, logs := openLogged(t, dsn, func(s *Store) {
+				s.StatementTimeout, s.HealthInterval = 200*time.Millisecond, tt.health
+			})
+			release := lockTable(t, dsn, "webhookd_receipts")
+			for i := range maxDecisionTimeouts {
+				if err := s.Ready(); err != nil {
+					t.Fatalf("after %d timed-out decisions: Ready %v", i, err)
+				}
+				if _, err := s.Decide(ctx, delivery(fmt.Sprint("req-", i), "", 0, "x")); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+					t.Fatalf("Decide under a lock: %v, want unavailable", err)
+				}
+			}
+			if err := s.Ready(); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+				t.Fatalf("Ready after %d timed-out decisions: %v, want unavailable", maxDecisionTimeouts, err)
+			}
+			if err := s.available(); err != nil {
+				t.Errorf("the database still answers, yet: %v", err)
+			}
+			release()
+			tt.recovers(t, s)
+			if n := logs.FilterMessageSnippet("decisions time out").Len(); n != 1 {
+				t.Errorf("%d lines saying decisions time out, want 1", n)
+			}
+			if n := logs.FilterMessageSnippet("decisions complete again").Len(); n != 1 {
+				t.Errorf("%d lines saying decisions complete again, want 1", n)
+			}
+		})
+	}
+}
+
+// TestTerminatedConnections terminates every backend of the store's pool,
+// as a database restart or an idle timeout does: the next decision gets a
+// new connection and succeeds.
+func TestTerminatedConnections(t *testing.T) {
+	app := "webhookd-terminated-" + fmt.Sprint(time.Now().UnixNano())
+	dsn := pgtest.SchemaDSN(t, t.Name()) + "&application_name=" + app
+	s, _ := openLogged(t, dsn, func(s *Store) { s.HealthInterval = time.Hour })
+	// Several connections in the pool, idle.
+	conns := make([]*pgxpool.Conn, 4)
+	for i := range conns {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	admin, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var n int
+	if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n); err != nil || n < len(conns) {
+		t.Fatalf("terminated %d backends, %v; want %d at least", n, err, len(conns))
+	}
+	eventually(t, "terminated", func() bool {
+		admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
+		return n == 0
+	})
+	for i := range 3 {
+		if out, err := s.Decide(ctx, delivery(fmt.Sprint("req-", i), "", 0, "x")); err != nil || out.Decision != webhookd.Accepted {
+			t.Fatalf("decision %d after the backends were terminated: %+v, %v; want accepted", i, out, err)
+		}
+	}
+}
+
+// TestOutageLogs loses the database under a store that keeps deciding and
+// probing: the outage is logged when it starts and when it ends, not at
+// every failed batch and probe.
+func TestOutageLogs(t *testing.T) {
+	target := pgtest.HostPort(t)
+	p := startProxy(t, "127.0.0.1:0", target)
+	dsn := strings.Replace(pgtest.SchemaDSN(t, t.Name()), target, p.addr, 1)
+	s, logs := openLogged(t, dsn, func(s *Store) { s.HealthInterval = 100 * time.Millisecond })
+	p.stop()
+	for i := range 20 {
+		if _, err := s.Decide(ctx, delivery(fmt.Sprint("req-", i), "", 0, "x")); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+			t.Fatalf("Decide without a database: %v, want unavailable", err)
+		}
+	}
+	startProxy(t, p.addr, target)
+	eventually(t, "ready", func() bool { return s.Ready() == nil })
+	if _, err := s.Decide(ctx, delivery("back", "", 0, "x")); err != nil {
+		t.Fatal(err)
+	}
+	// A slow machine may miss a ping after the outage, which is logged as
+	// an outage of its own, with its end.
+	down, up := logs.FilterMessageSnippet("database unavailable").Len(), logs.FilterMessage("database answers again").Len()
+	if down == 0 || up == 0 || down > up+1 {
+		t.Errorf("%d lines saying the database is unavailable, %d saying it answers again; want one each per outage", down, up)
+	}
+	if n := logs.FilterMessage("decide batch").Len(); n != 1 {
+		t.Errorf("%d lines for 20 failed decision batches, want 1", n)
+	}
+	if n := logs.FilterMessage("decide batches complete again").Len(); n != 1 {
+		t.Errorf("%d lines saying decisions complete again, want 1", n)
+	}
+}
+
+// TestPlansWithoutStatistics fills tables that were never analyzed, as
+// with autovacuum off, and checks that the statements that run all the
+// time look rows up by index, as planned when they run: a plan that scans
+// a whole table costs more with every row it grows by.
+func TestPlansWithoutStatistics(t *testing.T) {
+	s, _ := openLogged(t, pgtest.SchemaDSN(t, t.Name()), nil)
+	for _, sql := range []string{
+		`INSERT INTO webhookd_receipts (source, request_id, resource, version, decision, duplicate_decision,
+			ordering_decision, latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries,
+			forward_state, expires_at)
+		SELECT 'billing', 'req-' || i, 'sub-' || i, '1', 'accepted', 'new', 'first', '', 'sha', now(), now(), 1, '[]',
+			'none', now() + interval '1 day'
+		FROM generate_series(1, 20000) AS i`,
+		`INSERT INTO webhookd_latest (source, resource, version, ord, request_id, updated_at)
+		SELECT 'billing', 'sub-' || i, '1', 1, 'req-' || i, now() FROM generate_series(1, 20000) AS i`,
+		`INSERT INTO webhookd_payloads (source, request_id, resource, version, content_type, headers, created_at, body,
+			expires_at)
+		SELECT 'billing', 'req-' || i, 'sub-' || i, '1', '', '{}', now(), '', now() + interval '1 day'
+		FROM generate_series(1, 20000) AS i`,
+	} {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sources, ids, resources := make([]string, 64), make([]string, 64), make([]string, 64)
+	for i := range sources {
+		sources[i], ids[i], resources[i] = "billing", fmt.Sprint("req-", i*300), fmt.Sprint("sub-", i*300)
+	}
+	now := time.Now()
+	for _, tt := range []struct {
+		name, sql string
+		args      []any
+		avoid     string // what the plan must not do
+		want      string // what it must do
+	}{
+		{"readReceipts", readReceipts, []any{sources, ids, now}, "Seq Scan on webhookd_receipts", "webhookd_receipts_pkey"},
+		{"readLatest", readLatest, []any{sources, resources}, "Seq Scan on webhookd_latest", "webhookd_latest_pkey"},
+		// The rows to delete are found by their expiry; the delete itself
+		// may join them either way, as the table's size says.
+		{"expireReceipts", expireReceipts, []any{now, 1000}, "Filter: (expires_at <=", "webhookd_receipts_expires_at"},
+		{"expirePayloads", expirePayloads, []any{now, 1000}, "Filter: (expires_at <=", "webhookd_payloads_expires_at"},
+	} {
+		rows, err := s.pool.Query(ctx, "EXPLAIN "+tt.sql, tt.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if plan := strings.Join(lines, "\n"); strings.Contains(plan, tt.avoid) || !strings.Contains(plan, tt.want) {
+			t.Errorf("%s: want %q in the plan and no %q:\n%s", tt.name, tt.want, tt.avoid, plan)
+		}
+	}
+
+	// No statement is prepared on a connection, so none keeps a generic
+	// plan made while its tables were small.
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for range 10 {
+		rows, err := conn.Query(ctx, readReceipts, sources, ids, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+	}
+	var prepared int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements`).Scan(&prepared); err != nil || prepared != 0 {
+		t.Errorf("%d statements prepared on the connection, %v; want none", prepared, err)
+	}
+}
