@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// tables are webhookd's tables.
-var tables = []string{"webhookd_receipts", "webhookd_latest", "webhookd_payloads", "webhookd_outbox", "webhookd_dead_letters", "webhookd_schema"}
+// allTables are webhookd's tables: those that change, and the schema's
+// version.
+var allTables = append([]string{"webhookd_schema"}, tables...)
 
 // tablesSize sums the disk webhookd's tables take with their indexes and
 // TOAST data (pg_total_relation_size), each found by the search path, as
@@ -21,7 +22,7 @@ func (s *Store) Size(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	if err := s.pool.QueryRow(ctx, tablesSize, tables).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, tablesSize, allTables).Scan(&n); err != nil {
 		return 0, fmt.Errorf("size of the tables: %w", unavailable(err))
 	}
 	return n, nil
