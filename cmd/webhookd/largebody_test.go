@@ -122,7 +122,7 @@ sources:
 	}
 	answer, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := `{"error":"body is 26214401 bytes; source github takes at most 26214400","field":"body"}`; resp.StatusCode != 413 || string(answer) != want {
+	if want := `{"error":"body is 26214401 bytes; source github takes at most 26214400","field":"body"}` + "\n"; resp.StatusCode != 413 || string(answer) != want {
 		t.Errorf("a push over the cap: %d %s, want 413 %s", resp.StatusCode, answer, want)
 	}
 }
