@@ -57,19 +57,13 @@ DB=webhookd_bench_growth
 cd "$(dirname "$0")/.."
 [ -n "$WORK" ] || WORK=$(mktemp -d /tmp/webhookd-growth.XXXXXX)
 mkdir -p "$WORK/bin"
-say() { printf '%s\n' "$*"; }
+. bench/lib.sh
 
 PIDS=()
 DROP_DB=
 cleanup() {
-	local pid
 	trap '' INT TERM
-	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${PIDS[@]}"; do
-		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
+	stop_pids
 	[ -z "$DROP_DB" ] || psql -q "$PG_DSN" -c "DROP DATABASE IF EXISTS $DB" 2>/dev/null || true
 }
 trap cleanup EXIT

@@ -67,20 +67,14 @@ COUNT_URL=http://$HOST:$DOWN_PORT/count
 cd "$(dirname "$0")/.."
 [ -n "$WORK" ] || WORK=$(mktemp -d /tmp/webhookd-bench.XXXXXX)
 mkdir -p "$WORK/bin"
-say() { printf '%s\n' "$*"; }
+. bench/lib.sh
 section() { printf '\n== %s\n' "$*"; }
 
 PIDS=()
 CGROUP=
 cleanup() {
-	local pid
 	trap '' INT TERM # a second Ctrl-C must not cut the cleanup short
-	for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${PIDS[@]}"; do
-		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
+	stop_pids
 	[ -z "$CGROUP" ] || rmdir "$CGROUP" 2>/dev/null || true
 	for db in "${PG_DBS[@]}"; do psql -q "$PG_DSN" -c "DROP DATABASE IF EXISTS $db" 2>/dev/null || true; done
 }
