@@ -28,8 +28,8 @@ import (
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store"
-	"github.com/webhookd/webhookd/store/storetest"
 )
 
 var ctx = context.Background()
@@ -103,7 +103,7 @@ func (d *downstream) all() []arrival {
 
 // backend is what the forwarder's tests need of a store: the queue, and
 // the decisions and admin calls that fill and read it.
-type backend = storetest.Backend
+type backend = storage.Backend
 
 func pending(t testing.TB, q forward.Queue) map[string]int {
 	t.Helper()
