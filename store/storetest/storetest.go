@@ -62,6 +62,7 @@ func Run(t *testing.T, open Open) {
 		{"LeaseExpiryAndReclaim", testLeaseExpiry},
 		{"SettleIsIdempotent", testSettleIdempotent},
 		{"PayloadGoneIsDeadLettered", testPayloadGone},
+		{"PayloadExpiresWhileWaiting", testPayloadExpiresWhileWaiting},
 		{"CountsBySource", testCountsBySource},
 		{"RedeliverRetryDiscard", testRepairs},
 		{"DurableAcrossReopen", testDurable},
@@ -631,6 +632,35 @@ func testPayloadGone(t *testing.T, open Open) {
 	again := f.claim("a", 1, time.Minute)
 	if len(again) != 1 || string(again[0].Body) != `{"id":"req-2"}` || again[0].Attempts != 0 {
 		t.Errorf("after retry, claimed %+v", again)
+	}
+}
+
+// testPayloadExpiresWhileWaiting checks that an entry is handed out
+// without its body once its payload expired, however the backend keeps
+// the body meanwhile (forward.Claim), whether it was never claimed or its
+// claim's lease ended.
+func testPayloadExpiresWhileWaiting(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	f.accept("claimed", "", 0)
+	if c := f.claim("a", 1, time.Minute); len(c) != 1 || string(c[0].Body) != `{"id":"claimed"}` {
+		t.Fatalf("claimed %+v, want it with its body", c)
+	}
+	f.accept("waiting", "", 0)
+	f.clock.Advance(f.cfg.ReceiptTTL + time.Minute)
+	claims := f.claim("b", 2, time.Minute)
+	if got := ids(claims); !slices.Equal(got, []string{"claimed", "waiting"}) {
+		t.Fatalf("claimed %v past the payloads' TTL, want both again", got)
+	}
+	for _, c := range claims {
+		if c.Body != nil {
+			t.Errorf("%s claimed with body %q past its payload's TTL, want none", c.RequestID, c.Body)
+		}
+	}
+	if err := f.b.Settle(ctx, claims[0], forward.Result{State: webhookd.ForwardDead, Error: "payload expired", At: f.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if dead, err := f.b.DeadLetters(ctx, source); err != nil || len(dead) != 1 || !dead[0].BodyLost {
+		t.Errorf("dead letters %+v, %v; want one with its body lost", dead, err)
 	}
 }
 
