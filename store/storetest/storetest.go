@@ -64,6 +64,7 @@ func Run(t *testing.T, open Open) {
 		{"PayloadGoneIsDeadLettered", testPayloadGone},
 		{"PayloadExpiresWhileWaiting", testPayloadExpiresWhileWaiting},
 		{"CountsBySource", testCountsBySource},
+		{"NotifiedOfNewEntries", testNotify},
 		{"RedeliverRetryDiscard", testRepairs},
 		{"DurableAcrossReopen", testDurable},
 		{"TwoForwarders", testTwoForwarders},
@@ -661,6 +662,25 @@ func testPayloadExpiresWhileWaiting(t *testing.T, open Open) {
 	}
 	if dead, err := f.b.DeadLetters(ctx, source); err != nil || len(dead) != 1 || !dead[0].BodyLost {
 		t.Errorf("dead letters %+v, %v; want one with its body lost", dead, err)
+	}
+}
+
+// testNotify checks that a forwarder waiting on Notify is woken by an
+// accepted delivery, rather than waiting for its poll.
+func testNotify(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	select {
+	case <-f.b.Notify():
+	default:
+	}
+	f.accept("req-1", "", 0)
+	select {
+	case <-f.b.Notify():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Notify was not signalled after an accepted delivery")
+	}
+	if got := ids(f.claim("a", 1, time.Minute)); !slices.Equal(got, []string{"req-1"}) {
+		t.Errorf("claimed %v after the signal, want req-1", got)
 	}
 }
 
