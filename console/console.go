@@ -19,21 +19,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
-	"github.com/webhookd/webhookd/dedupe"
-	"github.com/webhookd/webhookd/forward"
-	"github.com/webhookd/webhookd/versioning"
+	"github.com/webhookd/webhookd/storage"
 )
 
-// Records is what the console reads and repairs: the admin API's methods
-// and the store's readiness. Every backend's store satisfies it.
+// Records is what the console reads and repairs: the admin API's
+// records and the store's readiness.
 type Records interface {
-	Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error)
-	Latest(ctx context.Context, source, resource string) (*versioning.Latest, error)
-	Outbox(ctx context.Context, source string) ([]forward.Entry, error)
-	DeadLetters(ctx context.Context, source string) ([]forward.Entry, error)
-	RetryDeadLetter(ctx context.Context, source, requestID string) error
-	DiscardDeadLetter(ctx context.Context, source, requestID string) error
-	Redeliver(ctx context.Context, source, requestID string) error
+	storage.Records
 	Ready() error
 }
 

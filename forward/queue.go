@@ -28,7 +28,8 @@ type Queue interface {
 	// the entry's latest. Settling a claim again records nothing more and
 	// succeeds. It returns ErrLeaseLost when another claim took the entry.
 	Settle(ctx context.Context, c Claim, r Result) error
-	// Pending returns how many entries wait to be forwarded, by source.
+	// Pending returns how many entries wait to be forwarded, by source; a
+	// source with none is absent.
 	Pending(ctx context.Context) (map[string]int, error)
 	// Notify is signalled when entries may have become claimable in this
 	// process. It is a hint: claims that only a poll finds are correct too.

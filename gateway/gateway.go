@@ -24,28 +24,15 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
-	"github.com/webhookd/webhookd/dedupe"
-	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/internal/ratelog"
 	"github.com/webhookd/webhookd/recording"
-	"github.com/webhookd/webhookd/versioning"
+	"github.com/webhookd/webhookd/storage"
 )
 
 // Decider makes, records and answers the decision for one delivery.
 type Decider interface {
 	Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error)
 	Ready() error
-}
-
-// Records is what the admin API reads and repairs.
-type Records interface {
-	Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error)
-	Latest(ctx context.Context, source, resource string) (*versioning.Latest, error)
-	Outbox(ctx context.Context, source string) ([]forward.Entry, error)
-	DeadLetters(ctx context.Context, source string) ([]forward.Entry, error)
-	RetryDeadLetter(ctx context.Context, source, requestID string) error
-	DiscardDeadLetter(ctx context.Context, source, requestID string) error
-	Redeliver(ctx context.Context, source, requestID string) error
 }
 
 // Recorder keeps a copy of each incoming request and its answer, for replay
@@ -115,7 +102,7 @@ type Server struct {
 
 	logger  *zap.Logger
 	decider Decider
-	records Records
+	records storage.Records
 	now     func() time.Time
 	token   string
 	sources map[string]*source
@@ -137,7 +124,7 @@ type Server struct {
 
 // NewServer builds both apps from cfg. It fails on a source it cannot
 // compile; a validated configuration always compiles.
-func NewServer(cfg *configs.Config, decider Decider, records Records, logger *zap.Logger) (*Server, error) {
+func NewServer(cfg *configs.Config, decider Decider, records storage.Records, logger *zap.Logger) (*Server, error) {
 	s := &Server{
 		Metrics:        nopMetrics{},
 		MetricsHandler: http.NotFoundHandler(),

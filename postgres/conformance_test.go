@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd/postgres/pgtest"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store/storetest"
 )
 
@@ -39,5 +40,5 @@ func openTest(t *testing.T, c storetest.Config) *Store {
 
 func TestConformance(t *testing.T) {
 	pgtest.DSN(t)
-	storetest.Run(t, func(t *testing.T, c storetest.Config) storetest.Backend { return openTest(t, c) })
+	storetest.Run(t, func(t *testing.T, c storetest.Config) storage.Backend { return openTest(t, c) })
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/ratelog"
+	"github.com/webhookd/webhookd/storage"
 )
 
 // Defaults for Store's fields.
@@ -44,6 +45,9 @@ const MaxBody = 64 << 20
 
 // ErrClosed is returned for operations submitted after Close.
 var ErrClosed = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "store is closed"}
+
+// Store satisfies the storage contract.
+var _ storage.Backend = (*Store)(nil)
 
 // Store is the PostgreSQL-backed receipt, version and outbox store. Any
 // number of Stores, in any number of processes, may share one database.

@@ -7,11 +7,12 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store/storetest"
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, c storetest.Config) storetest.Backend {
+	storetest.Run(t, func(t *testing.T, c storetest.Config) storage.Backend {
 		s := New(c.Dir)
 		s.Logger = zaptest.NewLogger(t)
 		s.Now, s.ReceiptTTL = c.Now, c.ReceiptTTL

@@ -32,7 +32,7 @@ func (t *tx) enqueue(e *forward.Entry, expiresAt uint64) error {
 	t.setRaw(outboxKey(e.Seq), payload[:metaLen:metaLen], 0)
 	// e.Body may be the caller's request buffer, valid only while the op
 	// runs; the encoding ends with a copy of it that nothing changes.
-	t.changes = append(t.changes, change{entry: *e, body: payload[metaLen:]})
+	t.changes = append(t.changes, change{entry: *e, body: payload[metaLen:], expiresAt: expiresAt})
 	return nil
 }
 
@@ -394,7 +394,7 @@ func (s *Store) loadQueue() error {
 		return err
 	}
 	for _, e := range entries {
-		s.queue.add(e, nil)
+		s.queue.add(e, nil, 0)
 	}
 	return nil
 }

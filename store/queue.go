@@ -52,10 +52,14 @@ type lane struct {
 }
 
 type item struct {
-	entry   forward.Entry // without its body
-	body    []byte        // when held (see bodyBudget)
-	held    bool
-	claimed bool
+	entry forward.Entry // without its body
+	body  []byte        // when held (see bodyBudget)
+	held  bool
+	// expiresAt is when the held body's payload key expires, as Badger
+	// keeps it (Unix seconds, 0 for never): a body is handed out from
+	// memory only while the key it copies would still be read.
+	expiresAt uint64
+	claimed   bool
 	// settling marks a claim whose Settle is staged and not yet committed:
 	// its entry is not reclaimed meanwhile, even if the lease ends.
 	settling bool
@@ -77,11 +81,13 @@ func laneKey(e *forward.Entry) string {
 }
 
 // change is what one committed operation does to the queue: add an entry
-// (with its body, when not nil), or settle a claim.
+// (with its body, when not nil, and its payload's expiry), or settle a
+// claim.
 type change struct {
-	entry  forward.Entry
-	body   []byte
-	settle *settlement
+	entry     forward.Entry
+	body      []byte
+	expiresAt uint64
+	settle    *settlement
 }
 
 type settlement struct {
@@ -97,20 +103,21 @@ func (q *queue) apply(changes []change) {
 		if c := &changes[i]; c.settle != nil {
 			q.settleLocked(&c.settle.claim, &c.settle.eff)
 		} else {
-			q.addLocked(c.entry, c.body)
+			q.addLocked(c.entry, c.body, c.expiresAt)
 		}
 	}
 }
 
 // add appends e to its lane; body, when not nil, is its body, which the
-// queue keeps while the budget allows.
-func (q *queue) add(e forward.Entry, body []byte) {
+// queue keeps while the budget allows and its payload key, expiring at
+// expiresAt, lives.
+func (q *queue) add(e forward.Entry, body []byte, expiresAt uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.addLocked(e, body)
+	q.addLocked(e, body, expiresAt)
 }
 
-func (q *queue) addLocked(e forward.Entry, body []byte) {
+func (q *queue) addLocked(e forward.Entry, body []byte, expiresAt uint64) {
 	sq := q.sources[e.Source]
 	if sq == nil {
 		sq = &sourceQueue{lanes: make(map[string]*lane), claimed: make(map[*lane]struct{})}
@@ -125,7 +132,7 @@ func (q *queue) addLocked(e forward.Entry, body []byte) {
 	e.Body = nil
 	it := &item{entry: e}
 	if body != nil && q.bodies+len(body) <= bodyBudget {
-		it.body, it.held = body, true
+		it.body, it.held, it.expiresAt = body, true, expiresAt
 		q.bodies += len(body)
 	}
 	l.items = append(l.items, it)
@@ -137,7 +144,9 @@ func (q *queue) addLocked(e forward.Entry, body []byte) {
 
 // claim hands owner up to n of source's due lane heads: those not claimed,
 // and those whose lease ended. A claim's Body is nil when the queue does
-// not hold it; needBody lists those claims.
+// not hold it, or holds it past its payload's expiry (the queue then lets
+// it go); needBody lists those claims, whose payload keys say whether a
+// body is left.
 func (q *queue) claim(owner, source string, n int, lease time.Duration, now time.Time) (claims []forward.Claim, needBody []int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -154,6 +163,10 @@ func (q *queue) claim(owner, source string, n int, lease time.Duration, now time
 			sq.leaseEnds = it.until
 		}
 		c := forward.Claim{Entry: it.entry, Owner: owner, Token: it.token, Until: it.until, Newer: len(l.items) > 1}
+		if it.held && it.expiresAt != 0 && it.expiresAt <= uint64(now.Unix()) {
+			q.bodies -= len(it.body)
+			it.body, it.held = nil, false
+		}
 		if it.held {
 			c.Body = it.body
 		} else {

@@ -13,8 +13,8 @@ import (
 func TestAStagedSettleHoldsItsEntry(t *testing.T) {
 	q := newQueue()
 	now := time.Now()
-	q.add(forward.Entry{Seq: 1, Source: "billing", RequestID: "req-1", NextAttemptAt: now}, []byte("{}"))
-	q.add(forward.Entry{Seq: 2, Source: "billing", RequestID: "req-2", NextAttemptAt: now}, []byte("{}"))
+	q.add(forward.Entry{Seq: 1, Source: "billing", RequestID: "req-1", NextAttemptAt: now}, []byte("{}"), 0)
+	q.add(forward.Entry{Seq: 2, Source: "billing", RequestID: "req-2", NextAttemptAt: now}, []byte("{}"), 0)
 	a, _ := q.claim("a", "billing", 1, time.Second, now)
 	if ok, lost := q.check(&a[0]); !ok || lost {
 		t.Fatalf("check of a live claim: ok %v, lost %v", ok, lost)
@@ -42,7 +42,7 @@ func TestEndedLeasesAreReclaimedInTurn(t *testing.T) {
 	q := newQueue()
 	now := time.Now()
 	for seq := uint64(1); seq <= 3; seq++ {
-		q.add(forward.Entry{Seq: seq, Source: "billing", RequestID: "req", NextAttemptAt: now}, nil)
+		q.add(forward.Entry{Seq: seq, Source: "billing", RequestID: "req", NextAttemptAt: now}, nil, 0)
 	}
 	if got, _ := q.claim("a", "billing", 3, time.Second, now); len(got) != 3 {
 		t.Fatalf("claimed %d, want 3", len(got))

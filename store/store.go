@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -30,6 +31,9 @@ const MaxBody = 32 << 20
 
 // ErrClosed is returned for operations submitted after Close.
 var ErrClosed = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "store is closed"}
+
+// Store satisfies the storage contract.
+var _ storage.Backend = (*Store)(nil)
 
 // Store is the Badger-backed receipt, version and outbox store.
 type Store struct {

@@ -506,10 +506,11 @@ func TestEntryDoesNotTakeALaterReceiptsPayload(t *testing.T) {
 	if len(entries) != 2 {
 		t.Fatalf("outbox: %d entries, want both", len(entries))
 	}
-	// Held in memory since its commit, the first entry has its own body;
-	// read from Badger after a restart, none: its payload is gone.
-	if claims := claimAll(t, s); len(claims) != 2 || string(claims[0].Body) != `{"n":"A"}` || string(claims[1].Body) != `{"n":"B"}` {
-		t.Errorf("claims from memory: %+v; want each with its own body", claims)
+	// Held in memory since its commit or read from Badger after a
+	// restart, the first entry comes without a body: its payload expired,
+	// and the key holds the later receipt's.
+	if claims := claimAll(t, s); len(claims) != 2 || claims[0].Body != nil || string(claims[1].Body) != `{"n":"B"}` {
+		t.Errorf("claims from memory: %+v; want the first without a body", claims)
 	}
 	dir, now := s.Path, s.Now
 	s.Close()

@@ -8,6 +8,7 @@ import (
 	"github.com/webhookd/webhookd/console"
 	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/postgres"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -31,7 +32,7 @@ func consoleSources(cfg *configs.Config) []console.Source {
 
 // diskOf is what the console's overview shows of the backend's disk: the
 // Badger store's data directory, or webhookd's tables in PostgreSQL.
-func diskOf(b Backend) console.Disk {
+func diskOf(b storage.Backend) console.Disk {
 	switch s := b.(type) {
 	case *store.Store:
 		return storeDisk{s}

@@ -27,6 +27,7 @@ import (
 	"github.com/webhookd/webhookd/postgres"
 	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/signature"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -192,7 +193,7 @@ type Main struct {
 	Config *configs.Config
 	Logger *zap.Logger
 
-	Store     Backend
+	Store     storage.Backend
 	Forwarder *sender.Forwarder
 	Server    *gateway.Server
 	Console   *console.Console

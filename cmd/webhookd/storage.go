@@ -9,28 +9,14 @@ import (
 	"strings"
 
 	"github.com/webhookd/webhookd/configs"
-	"github.com/webhookd/webhookd/forward"
-	"github.com/webhookd/webhookd/gateway"
 	"github.com/webhookd/webhookd/postgres"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store"
 )
 
-// Backend is where webhookd keeps receipts, versions and the outbox:
-// Badger in one process (store), or PostgreSQL shared by any number of
-// replicas (postgres).
-type Backend interface {
-	gateway.Decider
-	gateway.Records
-	forward.Queue
-	DeadLetterCounts() (map[string]int, error)
-	// Failed is closed when the backend takes nothing more until webhookd
-	// starts again.
-	Failed() <-chan struct{}
-	Close() error
-}
-
-// openBackend opens the backend cfg chooses.
-func (m *Main) openBackend(ctx context.Context) (Backend, error) {
+// openBackend opens the backend cfg chooses: Badger in one process
+// (store), or PostgreSQL shared by any number of replicas (postgres).
+func (m *Main) openBackend(ctx context.Context) (storage.Backend, error) {
 	cfg := m.Config
 	if cfg.Storage.Backend == configs.Postgres {
 		s := postgres.New(cfg.Storage.DSN)

@@ -28,8 +28,8 @@ import (
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store"
-	"github.com/webhookd/webhookd/store/storetest"
 )
 
 var ctx = context.Background()
@@ -103,7 +103,7 @@ func (d *downstream) all() []arrival {
 
 // backend is what the forwarder's tests need of a store: the queue, and
 // the decisions and admin calls that fill and read it.
-type backend = storetest.Backend
+type backend = storage.Backend
 
 func pending(t testing.TB, q forward.Queue) map[string]int {
 	t.Helper()
@@ -464,9 +464,11 @@ func TestFailedAttemptsQuoteTheAnswer(t *testing.T) {
 }
 
 // An entry may wait in its lane behind older versions' retries for longer
-// than its payload lives. The body it is sent with is the body its dead
-// letter keeps, so that it can be retried.
-func TestDeadLetterKeepsTheBodySentAfterThePayloadExpired(t *testing.T) {
+// than its payload lives. One sent with its body keeps in its dead letter
+// the body it was sent with; one whose payload
+// expired before it was claimed is handed out without its body, on every
+// backend, and is dead-lettered as body lost without being sent.
+func TestEntryOutlivingItsPayloadIsNotSent(t *testing.T) {
 	s := store.New(t.TempDir())
 	s.Logger = zaptest.NewLogger(t)
 	s.ReceiptTTL = 2 * time.Second
@@ -477,24 +479,41 @@ func TestDeadLetterKeepsTheBodySentAfterThePayloadExpired(t *testing.T) {
 	down := newDownstream(t, func(*http.Request, int) int { return http.StatusServiceUnavailable })
 	r := route(down.URL)
 	// Retries take 0.8 s at most: within the TTL, as the configuration
-	// check asks. Eight versions queued behind each other take longer.
+	// check asks. Each version waits at least 0.4 s between its two
+	// attempts, so the tenth is claimed at least 3.6 s after it was
+	// accepted, past its payload's expiry (at most 3 s, as Badger keeps
+	// expiry in whole seconds).
 	r.Timeout, r.Policy = 200*time.Millisecond, forward.RetryPolicy{MaxAttempts: 2, Initial: 400 * time.Millisecond, Max: 400 * time.Millisecond}
-	for v := 1; v <= 8; v++ {
+	const versions = 10
+	for v := 1; v <= versions; v++ {
 		accept(t, s, "billing", fmt.Sprintf("req-%d", v), "sub_1", v)
 	}
 	start(t, s, map[string]sender.Route{"billing": r})
 	eventually(t, "empty outbox", outboxEmpty(t, s))
 	dead, err := s.DeadLetters(ctx, "billing")
-	if err != nil || len(dead) != 8 {
+	if err != nil || len(dead) != versions {
 		t.Fatalf("dead letters = %+v, %v", dead, err)
 	}
+	lost := make(map[string]bool)
 	for _, d := range dead {
-		if d.BodyLost {
-			t.Errorf("%s: dead-lettered with body_lost, though it was sent", d.RequestID)
+		lost[d.RequestID] = d.BodyLost
+	}
+	if lost["req-1"] {
+		t.Error("req-1: dead-lettered with body_lost, though it was sent within its payload's TTL")
+	}
+	if !lost["req-10"] {
+		t.Error("req-10: dead-lettered with its body, though its payload expired before it was claimed")
+	}
+	for _, a := range down.all() {
+		if a.version == versions {
+			t.Errorf("req-10 was sent (%q) after its payload expired", a.body)
+		}
+		if a.body == "" {
+			t.Errorf("version %d was sent without a body", a.version)
 		}
 	}
-	if err := s.RetryDeadLetter(ctx, "billing", "req-8"); err != nil {
-		t.Errorf("retry the newest: %v", err)
+	if err := s.RetryDeadLetter(ctx, "billing", "req-10"); webhookd.ErrorCode(err) != webhookd.ECONFLICT || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("retry the newest, whose body was lost: %v, want a conflict saying its payload expired", err)
 	}
 }
 

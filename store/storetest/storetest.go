@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite of webhookd's storage
-// contract: every backend's tests call Run, and a backend is correct when
-// it passes. It checks what the gateway, the admin API and the forwarder
-// rely on, through the contract only.
+// contract, storage.Backend: every backend's tests call Run, and a backend
+// is correct when it passes. It checks what the gateway, the admin API,
+// the console and the forwarder rely on, through the contract only.
 package storetest
 
 import (
@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -24,23 +25,9 @@ import (
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/versioning"
 )
-
-// Backend is the storage contract: decisions, the admin API's reads and
-// repairs, and the forward queue.
-type Backend interface {
-	Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error)
-	Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error)
-	Latest(ctx context.Context, source, resource string) (*versioning.Latest, error)
-	Outbox(ctx context.Context, source string) ([]forward.Entry, error)
-	DeadLetters(ctx context.Context, source string) ([]forward.Entry, error)
-	RetryDeadLetter(ctx context.Context, source, requestID string) error
-	DiscardDeadLetter(ctx context.Context, source, requestID string) error
-	Redeliver(ctx context.Context, source, requestID string) error
-	forward.Queue
-	Close() error
-}
 
 // Config is what a test asks of the backend it opens.
 type Config struct {
@@ -56,7 +43,7 @@ type Config struct {
 }
 
 // Open opens a backend on c; it closes it when the test ends.
-type Open func(t *testing.T, c Config) Backend
+type Open func(t *testing.T, c Config) storage.Backend
 
 // Run runs the suite against the backends open returns.
 func Run(t *testing.T, open Open) {
@@ -68,17 +55,27 @@ func Run(t *testing.T, open Open) {
 		{"ConcurrentDeliveriesAcceptOnce", testConcurrentDeliveriesAcceptOnce},
 		{"ConcurrentVersionsNeverMoveBackwards", testConcurrentVersions},
 		{"TiesWhereTheSourceAcceptsThem", testTies},
+		{"Readiness", testReadiness},
 		{"FailedCommitWritesNothing", testFailedCommitWritesNothing},
 		{"ReceiptsExpire", testReceiptsExpire},
 		{"LaneOrderAndHeadOnlyClaims", testLanes},
 		{"LeaseExpiryAndReclaim", testLeaseExpiry},
 		{"SettleIsIdempotent", testSettleIdempotent},
 		{"PayloadGoneIsDeadLettered", testPayloadGone},
+		{"PayloadExpiresWhileWaiting", testPayloadExpiresWhileWaiting},
+		{"CountsBySource", testCountsBySource},
+		{"NotifiedOfNewEntries", testNotify},
 		{"RedeliverRetryDiscard", testRepairs},
 		{"DurableAcrossReopen", testDurable},
 		{"TwoForwarders", testTwoForwarders},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.test(t, open) })
+		// Each case opens backends on directories of its own, which a
+		// backend that keeps its data elsewhere maps to a database or
+		// schema of their own, so the cases run side by side.
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.test(t, open)
+		})
 	}
 }
 
@@ -112,7 +109,7 @@ type fixture struct {
 	open  Open
 	cfg   Config
 	clock *Clock
-	b     Backend
+	b     storage.Backend
 }
 
 func newFixture(t *testing.T, open Open) *fixture {
@@ -392,16 +389,72 @@ func testFailedCommitWritesNothing(t *testing.T, open Open) {
 		t.Fatalf("Decide with a failing commit: %v, want unavailable", err)
 	}
 	fail.Store(false)
+	// A backend either fails for good, saying so, or goes on once the
+	// fault is gone, as if the failed decision had not been asked.
+	after := f.delivery("after", "", 0, "after")
+	after.Source = "other"
+	select {
+	case <-f.b.Failed():
+		wantCode(t, "Ready after Failed", f.b.Ready(), webhookd.EUNAVAILABLE)
+		_, err := f.b.Decide(ctx, after)
+		wantCode(t, "Decide after Failed", err, webhookd.EUNAVAILABLE)
+	default:
+		if out := f.decide(after); out.Decision != webhookd.Accepted {
+			t.Errorf("after a failed commit, without Failed: %s, want accepted", out.Decision)
+		}
+		waitReady(t, f.b)
+	}
 	f.reopen()
+	if err := f.b.Ready(); err != nil {
+		t.Errorf("Ready after reopening: %v", err)
+	}
 	_, err := f.b.Receipt(ctx, source, "lost")
 	wantCode(t, "receipt of the failed decision", err, webhookd.ENOTFOUND)
 	if l, err := f.b.Latest(ctx, source, "sub"); err != nil || l.Version != "1" {
 		t.Errorf("latest after the failed decision: %+v, %v; want 1", l, err)
 	}
-	if entries, err := f.b.Outbox(ctx, ""); err != nil || len(entries) != 1 || entries[0].RequestID != "before" {
+	if entries, err := f.b.Outbox(ctx, source); err != nil || len(entries) != 1 || entries[0].RequestID != "before" {
 		t.Errorf("outbox after the failed decision: %+v, %v", entries, err)
 	}
 	f.accept("lost", "sub", 2)
+}
+
+func testReadiness(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	if err := f.b.Ready(); err != nil {
+		t.Fatalf("Ready when open: %v", err)
+	}
+	select {
+	case <-f.b.Failed():
+		t.Fatal("Failed is closed on a backend that never failed")
+	default:
+	}
+	f.accept("req-1", "", 0)
+	if err := f.b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "Ready after Close", f.b.Ready(), webhookd.EUNAVAILABLE)
+	_, err := f.b.Decide(ctx, f.delivery("req-2", "", 0, "2"))
+	wantCode(t, "Decide after Close", err, webhookd.EUNAVAILABLE)
+	_, err = f.b.Claim(ctx, "a", source, 1, time.Minute)
+	wantCode(t, "Claim after Close", err, webhookd.EUNAVAILABLE)
+}
+
+// waitReady waits until b is ready: a backend that is not, after a fault,
+// may find out that the fault is gone only when it next checks.
+func waitReady(t *testing.T, b storage.Backend) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := b.Ready()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready 30s after the fault was gone: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func testReceiptsExpire(t *testing.T, open Open) {
@@ -581,6 +634,101 @@ func testPayloadGone(t *testing.T, open Open) {
 	if len(again) != 1 || string(again[0].Body) != `{"id":"req-2"}` || again[0].Attempts != 0 {
 		t.Errorf("after retry, claimed %+v", again)
 	}
+}
+
+// testPayloadExpiresWhileWaiting checks that an entry is handed out
+// without its body once its payload expired, however the backend keeps
+// the body meanwhile (forward.Claim), whether it was never claimed or its
+// claim's lease ended.
+func testPayloadExpiresWhileWaiting(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	f.accept("claimed", "", 0)
+	if c := f.claim("a", 1, time.Minute); len(c) != 1 || string(c[0].Body) != `{"id":"claimed"}` {
+		t.Fatalf("claimed %+v, want it with its body", c)
+	}
+	f.accept("waiting", "", 0)
+	f.clock.Advance(f.cfg.ReceiptTTL + time.Minute)
+	claims := f.claim("b", 2, time.Minute)
+	if got := ids(claims); !slices.Equal(got, []string{"claimed", "waiting"}) {
+		t.Fatalf("claimed %v past the payloads' TTL, want both again", got)
+	}
+	for _, c := range claims {
+		if c.Body != nil {
+			t.Errorf("%s claimed with body %q past its payload's TTL, want none", c.RequestID, c.Body)
+		}
+	}
+	if err := f.b.Settle(ctx, claims[0], forward.Result{State: webhookd.ForwardDead, Error: "payload expired", At: f.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if dead, err := f.b.DeadLetters(ctx, source); err != nil || len(dead) != 1 || !dead[0].BodyLost {
+		t.Errorf("dead letters %+v, %v; want one with its body lost", dead, err)
+	}
+}
+
+// testNotify checks that a forwarder waiting on Notify is woken by an
+// accepted delivery, rather than waiting for its poll.
+func testNotify(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	select {
+	case <-f.b.Notify():
+	default:
+	}
+	f.accept("req-1", "", 0)
+	select {
+	case <-f.b.Notify():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Notify was not signalled after an accepted delivery")
+	}
+	if got := ids(f.claim("a", 1, time.Minute)); !slices.Equal(got, []string{"req-1"}) {
+		t.Errorf("claimed %v after the signal, want req-1", got)
+	}
+}
+
+// testCountsBySource checks Pending and DeadLetterCounts, which metrics
+// read: by source, a source with none absent.
+func testCountsBySource(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	accept := func(src, requestID string) {
+		t.Helper()
+		d := f.delivery(requestID, "", 0, requestID)
+		d.Source = src
+		if out := f.decide(d); out.Decision != webhookd.Accepted {
+			t.Fatalf("%s/%s: %s, want accepted", src, requestID, out.Decision)
+		}
+	}
+	counts := func(what string, get func() (map[string]int, error), want map[string]int) {
+		t.Helper()
+		got, err := get()
+		if err != nil || !maps.Equal(got, want) {
+			t.Errorf("%s: %v, %v; want %v", what, got, err, want)
+		}
+	}
+	pending := func() (map[string]int, error) { return f.b.Pending(ctx) }
+	counts("pending when empty", pending, map[string]int{})
+	counts("dead letters when empty", f.b.DeadLetterCounts, map[string]int{})
+	for _, id := range []string{"a", "b", "c"} {
+		accept(source, id)
+	}
+	accept("shipping", "s")
+	counts("pending", pending, map[string]int{source: 3, "shipping": 1})
+	for _, c := range f.claim("x", 2, time.Minute) {
+		f.settle(c, webhookd.ForwardDead)
+	}
+	claims, err := f.b.Claim(ctx, "x", "shipping", 1, time.Minute)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim shipping: %+v, %v", claims, err)
+	}
+	f.settle(claims[0], webhookd.ForwardDelivered)
+	counts("pending after settling", pending, map[string]int{source: 1})
+	counts("dead letters", f.b.DeadLetterCounts, map[string]int{source: 2})
+	if err := f.b.DiscardDeadLetter(ctx, source, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.b.RetryDeadLetter(ctx, source, "b"); err != nil {
+		t.Fatal(err)
+	}
+	counts("dead letters after discard and retry", f.b.DeadLetterCounts, map[string]int{})
+	counts("pending after retry", pending, map[string]int{source: 2})
 }
 
 func testRepairs(t *testing.T, open Open) {
