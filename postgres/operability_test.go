@@ -241,6 +241,10 @@ func TestPlansWithoutStatistics(t *testing.T) {
 			expires_at)
 		SELECT 'billing', 'req-' || i, 'sub-' || i, '1', '', '{}', now(), '', now() + interval '1 day'
 		FROM generate_series(1, 20000) AS i`,
+		`INSERT INTO webhookd_outbox (source, request_id, resource, version, content_type, headers, created_at,
+			next_attempt_at)
+		SELECT 'billing', 'req-' || i, 'sub-' || (i % 5000), '1', '', '{}', now(), now() - interval '1 hour'
+		FROM generate_series(1, 20000) AS i`,
 	} {
 		if _, err := s.pool.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
@@ -275,6 +279,30 @@ func TestPlansWithoutStatistics(t *testing.T) {
 		if plan := strings.Join(lines, "\n"); strings.Contains(plan, tt.avoid) || !strings.Contains(plan, tt.want) {
 			t.Errorf("%s: want %q in the plan and no %q:\n%s", tt.name, tt.want, tt.avoid, plan)
 		}
+	}
+
+	// The claim, planned as withGenericPlans plans it, walks the due index
+	// in order and stops at its limit, rather than reading and sorting
+	// every due entry. EXPLAIN with parameters would plan for their
+	// values; EXPLAIN EXECUTE of a prepared statement plans as the claim's
+	// own statement is planned.
+	err := withGenericPlans(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "PREPARE claim_plan AS "+claim); err != nil {
+			return err
+		}
+		defer tx.Exec(ctx, "DEALLOCATE claim_plan")
+		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_plan('billing', now(), 64, 'owner', now() + interval '1 minute')")
+		if err != nil {
+			return err
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if plan := strings.Join(lines, "\n"); err == nil && (strings.Contains(plan, "Sort") || !strings.Contains(plan, "Index Scan using webhookd_outbox_due")) {
+			t.Errorf("claim: want an ordered scan of webhookd_outbox_due and no sort:\n%s", plan)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	// No statement is prepared on a connection, so none keeps a generic

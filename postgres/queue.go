@@ -40,16 +40,43 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 
 // leaseHeads runs the claim statement and reads what it leased.
 func (s *Store) leaseHeads(ctx context.Context, owner, source string, n int, now, until time.Time) ([]forward.Claim, error) {
-	rows, err := s.pool.Query(ctx, claim, source, now, n, owner, until)
-	if err != nil {
-		return nil, err
-	}
+	var claims []forward.Claim
+	err := withGenericPlans(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, claim, source, now, n, owner, until)
+		if err != nil {
+			return err
+		}
+		claims, err = scanClaims(rows, owner, until)
+		return err
+	})
+	return claims, err
+}
+
+// withGenericPlans runs fn in a transaction whose statements are planned
+// without their parameters' values. The claim needs it: its generic plan
+// walks the due index in order and stops at the limit, whatever the
+// backlog; a plan for the values at hand, on an outbox never analyzed,
+// guesses a handful of due entries, so it reads every due entry of the
+// source and sorts them, for every claim.
+func withGenericPlans(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, forceGenericPlans); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+func scanClaims(rows pgx.Rows, owner string, until time.Time) ([]forward.Claim, error) {
 	defer rows.Close()
 	var claims []forward.Claim
 	for rows.Next() {
 		c := forward.Claim{Owner: owner, Until: until}
 		var token int64
 		var body []byte
+		var err error
 		if c.Entry, err = scanEntry(rows, &token, &body, &c.Newer); err != nil {
 			return nil, err
 		}

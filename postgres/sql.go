@@ -120,6 +120,9 @@ const (
 		o.resource <> '' AND EXISTS (SELECT 1 FROM webhookd_outbox n
 			WHERE n.source = o.source AND n.resource = o.resource AND n.seq > o.seq)`
 
+	// forceGenericPlans: see withGenericPlans.
+	forceGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+
 	// pending counts the outbox by source.
 	pending = `SELECT source, count(*) FROM webhookd_outbox GROUP BY source`
 
