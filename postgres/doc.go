@@ -42,7 +42,10 @@
 // they go as unnamed prepared statements, so no generic plan made while
 // the tables were small outlives their growth, and a decision's lookups
 // carry LIMIT 1, so that the planner cannot flatten them into a join it
-// would run as a scan of the table. webhookd's cost does not depend on
+// would run as a scan of the table. The claim is the exception: it is
+// planned generically, in a transaction of its own (withGenericPlans), as
+// its generic plan is the ordered walk of the due index that stops at the
+// limit. webhookd's cost does not depend on
 // whether or when its tables were analyzed, and it runs no ANALYZE or
 // VACUUM of its own; with autovacuum off, Open warns once.
 //
