@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd/forward"
@@ -58,10 +59,8 @@ func (s *Store) leaseHeads(ctx context.Context, owner, source string, n int, now
 // backlog; a plan for the values at hand, on an outbox never analyzed,
 // guesses a handful of due entries, so it reads every due entry of the
 // source and sorts them, for every claim.
-func withGenericPlans(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+func withGenericPlans(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, forceGenericPlans); err != nil {
 			return err
 		}
