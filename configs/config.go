@@ -149,6 +149,10 @@ type Log struct {
 	Format string `yaml:"format" validate:"oneof=json console"`
 }
 
+// NoAdminToken says what an empty admin token does and how to set one, for
+// the admin API's and the console's refusals.
+const NoAdminToken = "no admin token is configured; set admin.token (the example configuration reads it from WEBHOOKD_ADMIN_TOKEN) and restart webhookd"
+
 // Admin configures the admin API's listener. An empty token refuses every call.
 type Admin struct {
 	Listen string `yaml:"listen" validate:"required,listen"`

@@ -13,6 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/configs"
 )
 
 const (
@@ -115,7 +116,7 @@ func (c *Console) authenticate(fc *fiber.Ctx) error {
 // errDisabled refuses every request of a console without a token, saying
 // how to set one.
 func errDisabled() error {
-	return webhookd.Errorf(webhookd.EUNAUTHORIZED, "console disabled: no admin token is configured; set admin.token (the example configuration reads it from WEBHOOKD_ADMIN_TOKEN) and restart webhookd")
+	return webhookd.Errorf(webhookd.EUNAUTHORIZED, "console disabled: %s", configs.NoAdminToken)
 }
 
 func credential(fc *fiber.Ctx) string {

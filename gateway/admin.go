@@ -13,6 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
 )
@@ -21,7 +22,7 @@ import (
 // refused: an admin API open by default would leak every receipt.
 func (s *Server) requireToken(c *fiber.Ctx) error {
 	if s.token == "" {
-		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "admin API disabled: no admin token is configured; set admin.token (the example configuration reads it from WEBHOOKD_ADMIN_TOKEN) and restart webhookd")
+		return webhookd.Errorf(webhookd.EUNAUTHORIZED, "admin API disabled: %s", configs.NoAdminToken)
 	}
 	// The scheme's name is case-insensitive (RFC 9110, 11.1).
 	scheme, got, _ := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
