@@ -44,9 +44,14 @@ type Delivery struct {
 	// resource's latest accepted one (versioning.TiesAccept).
 	AcceptTies bool
 
-	// Forward is set when the source forwards accepted deliveries; the store
-	// then writes an outbox entry with the body and headers below.
+	// Forward is set when the source has routes: an accepted delivery is
+	// then forwarded to each route Routes names, in that order, and the
+	// store writes one outbox entry a route, sharing the body and headers
+	// below. An accepted delivery of a forwarding source that Routes
+	// leaves empty matched no route's filter: it is recorded as routed
+	// nowhere.
 	Forward     bool
+	Routes      []string
 	Body        []byte
 	ContentType string
 	Headers     map[string]string // pass-through headers for the downstream
@@ -64,7 +69,6 @@ type Outcome struct {
 type ForwardState string
 
 const (
-	ForwardNone       ForwardState = "none" // not forwarded: not accepted, or the source does not forward
 	ForwardPending    ForwardState = "pending"
 	ForwardRetrying   ForwardState = "retrying"
 	ForwardDelivered  ForwardState = "delivered"
@@ -73,8 +77,8 @@ const (
 	ForwardSuperseded ForwardState = "superseded"
 )
 
-// ForwardStatus is the side effect that followed an accepted delivery, as
-// its receipt records it.
+// ForwardStatus is the side effect that followed an accepted delivery on
+// one route, as its receipt records it.
 type ForwardStatus struct {
 	State         ForwardState `json:"state"`
 	Attempts      int          `json:"attempts"`
@@ -82,4 +86,10 @@ type ForwardStatus struct {
 	LastError     string       `json:"last_error,omitempty"`
 	NextAttemptAt *time.Time   `json:"next_attempt_at,omitempty"`
 	DeliveredAt   *time.Time   `json:"delivered_at,omitempty"`
+}
+
+// RouteStatus is the forward status of one route of a receipt.
+type RouteStatus struct {
+	Route string `json:"route"`
+	ForwardStatus
 }

@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/filter"
 	"github.com/webhookd/webhookd/signature"
 	"github.com/webhookd/webhookd/versioning"
 )
@@ -182,12 +183,27 @@ type Source struct {
 	Verify *Verify `yaml:"verify"`
 	// Record overrides the global record setting for this source.
 	Record *Record `yaml:"record"`
-	// Forward is nil when the source only records decisions.
-	Forward *Forward `yaml:"forward"`
+	// Routes are where the source's accepted deliveries go, each to the
+	// routes whose filter selects it; none when the source only records
+	// decisions.
+	Routes []Route `yaml:"routes" validate:"dive"`
 }
 
-// Forward configures delivery of a source's accepted webhooks downstream.
-type Forward struct {
+// DefaultRoute names the route of a source that has one and does not name
+// it.
+const DefaultRoute = "default"
+
+// Route configures delivery of a source's accepted webhooks to one
+// downstream.
+type Route struct {
+	// Name is unique in its source; it may be left out, as DefaultRoute,
+	// when the source has one route.
+	Name string `yaml:"name" validate:"required,source_name"`
+	// Filter is a CEL expression over the delivery (package filter); empty
+	// selects every accepted delivery.
+	Filter string `yaml:"filter"`
+	// Match is Filter compiled, nil when Filter is empty.
+	Match       *filter.Filter    `yaml:"-"`
 	URL         string            `yaml:"url" validate:"required,http_url"`
 	Timeout     time.Duration     `yaml:"timeout" validate:"gt=0"`
 	Concurrency int               `yaml:"concurrency" validate:"gte=1,lte=1024"`
@@ -359,7 +375,11 @@ func (s *Source) setDefaults(maxBody int) {
 		setDefault(&s.MaxBody, signature.MaxBodyFor(s.Verify.Scheme))
 	}
 	setDefault(&s.MaxBody, maxBody)
-	if f := s.Forward; f != nil {
+	if len(s.Routes) == 1 {
+		setDefault(&s.Routes[0].Name, DefaultRoute)
+	}
+	for i := range s.Routes {
+		f := &s.Routes[i]
 		setDefault(&f.Timeout, 10*time.Second)
 		setDefault(&f.Concurrency, 8)
 		setDefault(&f.MaxAttempts, 12)
@@ -465,18 +485,22 @@ func (c *Config) Validate() error {
 		if s.Name == UnknownSource {
 			add(src+"name", "%q is reserved: it is the metrics label of requests to no configured source", s.Name)
 		}
-		if f := s.Forward; f != nil && f.MaxAttempts > 0 {
-			// An entry still retrying when its payload expires is
-			// dead-lettered without a body.
-			longest := addSat(mulSat(f.MaxAttempts-1, f.Backoff.Max), mulSat(f.MaxAttempts, f.Timeout))
-			if longest >= c.ReceiptTTL {
-				add(src+"forward.max_attempts", "retries may take up to %s (attempts × timeout and backoff.max), not less than receipt_ttl %s, which is how long the payload is kept", longest, c.ReceiptTTL)
+		for j := range s.Routes {
+			f := &s.Routes[j]
+			route := fmt.Sprintf("%sroutes[%d].", src, j)
+			if f.MaxAttempts > 0 {
+				// An entry still retrying when its payload expires is
+				// dead-lettered without a body.
+				longest := addSat(mulSat(f.MaxAttempts-1, f.Backoff.Max), mulSat(f.MaxAttempts, f.Timeout))
+				if longest >= c.ReceiptTTL {
+					add(route+"max_attempts", "retries may take up to %s (attempts × timeout and backoff.max), not less than receipt_ttl %s, which is how long the payload is kept", longest, c.ReceiptTTL)
+				}
 			}
-		}
-		if s.Forward != nil && s.Forward.Sign != nil {
-			if _, err := signature.New(signature.Config{Scheme: signature.StandardWebhooks, Secrets: []string{s.Forward.Sign.Secret}}); err != nil {
-				_, msg, _ := strings.Cut(err.Error(), ": ") // it names secrets[0], which is sign.secret here
-				add(src+"forward.sign.secret", "%s", msg)
+			if f.Sign != nil {
+				if _, err := signature.New(signature.Config{Scheme: signature.StandardWebhooks, Secrets: []string{f.Sign.Secret}}); err != nil {
+					_, msg, _ := strings.Cut(err.Error(), ": ") // it names secrets[0], which is sign.secret here
+					add(route+"sign.secret", "%s", msg)
+				}
 			}
 		}
 	}

@@ -41,8 +41,9 @@ func (s Source) masked() Source {
 		}
 		s.Verify = &v
 	}
-	if s.Forward != nil {
-		f := *s.Forward
+	s.Routes = slices.Clone(s.Routes)
+	for i := range s.Routes {
+		f := &s.Routes[i]
 		f.URL = maskURL(f.URL)
 		f.PassHeaders = slices.Clone(f.PassHeaders)
 		f.Headers = maps.Clone(f.Headers)
@@ -54,7 +55,6 @@ func (s Source) masked() Source {
 			sign.Secret = mask(sign.Secret)
 			f.Sign = &sign
 		}
-		s.Forward = &f
 	}
 	return s
 }

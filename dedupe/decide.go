@@ -8,7 +8,8 @@ import (
 // Plan is what a decision writes. A backend reads the held receipt and the
 // resource's latest version, calls Decide, and writes the plan in one
 // transaction: the receipt always, the latest version when Latest is set,
-// and an outbox entry for the delivery when Enqueue is set.
+// and, when Enqueue is set, an outbox entry for each route the delivery
+// names (webhookd.Delivery.Routes), sharing one payload.
 type Plan struct {
 	Outcome webhookd.Outcome
 	Receipt *Receipt
@@ -41,7 +42,8 @@ func LatestFor(held *Receipt, d *webhookd.Delivery) string {
 // TTL runs from it. A new request ID is stale when its version is not
 // newer than the latest (older, when d's source accepts ties), and
 // accepted otherwise; an accepted version, a tie included, becomes the
-// latest, and an accepted delivery of a forwarding source is enqueued.
+// latest, and an accepted delivery of a forwarding source is enqueued on
+// each of its routes, pending on each.
 func Decide(held *Receipt, latest *versioning.Latest, d *webhookd.Delivery) Plan {
 	var out webhookd.Outcome
 	if latest != nil {
@@ -76,7 +78,6 @@ func Decide(held *Receipt, latest *versioning.Latest, d *webhookd.Delivery) Plan
 		OrderingDecision:  string(ordering),
 		PayloadSHA256:     d.Fingerprint,
 		FirstSeen:         d.ReceivedAt,
-		Forward:           webhookd.ForwardStatus{State: webhookd.ForwardNone},
 	}
 	if latest != nil {
 		r.LatestVersionAtDecision = latest.Version
@@ -92,8 +93,12 @@ func Decide(held *Receipt, latest *versioning.Latest, d *webhookd.Delivery) Plan
 		p.Outcome.LatestVersion = d.Version
 	}
 	if d.Forward {
-		p.Enqueue = true
-		r.Forward.State = webhookd.ForwardPending
+		r.Unrouted = len(d.Routes) == 0
+		p.Enqueue = !r.Unrouted
+		r.Routes = make([]webhookd.RouteStatus, len(d.Routes))
+		for i, route := range d.Routes {
+			r.Routes[i] = webhookd.RouteStatus{Route: route, ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardPending}}
+		}
 	}
 	return p
 }

@@ -1,6 +1,7 @@
 package dedupe
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,9 @@ func TestDecide(t *testing.T) {
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	delivery := func(version uint64, forward bool) *webhookd.Delivery {
 		d := &webhookd.Delivery{Source: "s", RequestID: "r", DeliveryID: "d2", Resource: "res", Fingerprint: "aaa", ReceivedAt: at, Forward: forward}
+		if forward {
+			d.Routes = []string{"a", "b"}
+		}
 		if version > 0 {
 			d.Version, d.VersionOrder = string(rune('0'+version)), version
 		}
@@ -26,7 +30,7 @@ func TestDecide(t *testing.T) {
 	v3 := &versioning.Latest{Version: "3", Order: 3, RequestID: "q"}
 	held := &Receipt{Source: "s", RequestID: "r", Resource: "res", Version: "5", Decision: webhookd.Accepted, PayloadSHA256: "aaa",
 		Attempts: 1, Deliveries: []Delivery{{DeliveryID: "d1", Decision: webhookd.Accepted}},
-		Forward: webhookd.ForwardStatus{State: webhookd.ForwardDelivered}}
+		Routes: []webhookd.RouteStatus{{Route: "a", ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardDelivered}}}}
 	other := *held
 	other.PayloadSHA256 = "bbb"
 	tests := []struct {
@@ -72,7 +76,7 @@ func TestDecide(t *testing.T) {
 				t.Errorf("last delivery %+v, last seen %v", last, r.LastSeen)
 			}
 			if tt.held != nil {
-				if r.Decision != tt.held.Decision || r.Attempts != 2 || len(r.Deliveries) != 2 || r.Forward != tt.held.Forward {
+				if r.Decision != tt.held.Decision || r.Attempts != 2 || len(r.Deliveries) != 2 || !slices.Equal(r.Routes, tt.held.Routes) {
 					t.Errorf("held receipt became %+v", r)
 				}
 				if tt.held.Attempts != 1 || len(tt.held.Deliveries) != 1 {
@@ -80,12 +84,13 @@ func TestDecide(t *testing.T) {
 				}
 				return
 			}
-			wantState := webhookd.ForwardNone
+			var wantRoutes []webhookd.RouteStatus
 			if tt.enqueue {
-				wantState = webhookd.ForwardPending
+				pending := webhookd.ForwardStatus{State: webhookd.ForwardPending}
+				wantRoutes = []webhookd.RouteStatus{{Route: "a", ForwardStatus: pending}, {Route: "b", ForwardStatus: pending}}
 			}
 			if r.Decision != tt.decision || r.OrderingDecision != string(tt.ordering) || r.DuplicateDecision != New ||
-				r.Attempts != 1 || !r.FirstSeen.Equal(at) || r.PayloadSHA256 != "aaa" || r.Forward.State != wantState {
+				r.Attempts != 1 || !r.FirstSeen.Equal(at) || r.PayloadSHA256 != "aaa" || !slices.Equal(r.Routes, wantRoutes) || r.Unrouted {
 				t.Errorf("new receipt %+v", r)
 			}
 			if want := Reason(tt.ordering, tt.d.Version, r.LatestVersionAtDecision); r.Reason != want {
@@ -127,5 +132,17 @@ func TestReason(t *testing.T) {
 		if got := Reason(tt.ordering, tt.version, tt.latest); got != tt.want {
 			t.Errorf("Reason(%s, %q, %q) = %q, want %q", tt.ordering, tt.version, tt.latest, got, tt.want)
 		}
+	}
+}
+
+func TestDecideRoutesAnAcceptedDeliveryNowhereWhenNoRouteMatched(t *testing.T) {
+	d := &webhookd.Delivery{Source: "s", RequestID: "r", Fingerprint: "aaa", ReceivedAt: time.Now(), Forward: true}
+	p := Decide(nil, nil, d)
+	if p.Outcome.Decision != webhookd.Accepted || p.Enqueue || !p.Receipt.Unrouted || len(p.Receipt.Routes) != 0 {
+		t.Errorf("plan %+v, receipt %+v; want accepted, not enqueued, routed nowhere", p, p.Receipt)
+	}
+	d.Forward = false
+	if p := Decide(nil, nil, d); p.Enqueue || p.Receipt.Unrouted {
+		t.Errorf("a source without routes: plan %+v, receipt %+v", p, p.Receipt)
 	}
 }

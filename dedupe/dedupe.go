@@ -83,7 +83,23 @@ type Receipt struct {
 	Attempts   int        `json:"attempts"`
 	Deliveries []Delivery `json:"deliveries"`
 
-	Forward webhookd.ForwardStatus `json:"forward"`
+	// Routes is the forward status of each route the request was
+	// forwarded to, in the source's route order; empty when it was not
+	// forwarded: not accepted, the source has no routes, or (Unrouted) it
+	// matched no route's filter.
+	Routes   []webhookd.RouteStatus `json:"routes,omitempty"`
+	Unrouted bool                   `json:"unrouted,omitempty"`
+}
+
+// Route returns the forward status of route, or nil when the request was
+// not forwarded to it.
+func (r *Receipt) Route(route string) *webhookd.RouteStatus {
+	for i := range r.Routes {
+		if r.Routes[i].Route == route {
+			return &r.Routes[i]
+		}
+	}
+	return nil
 }
 
 // Record adds one arrival. When the list is full the oldest arrival after
@@ -98,6 +114,21 @@ func (r *Receipt) Record(d Delivery) {
 	r.Deliveries = append(r.Deliveries, d)
 }
 
+// routeRisk says what forwarding to one route does not guarantee, given
+// where it stands.
+func routeRisk(rs *webhookd.RouteStatus) string {
+	prefix := "route " + rs.Route + ": "
+	switch rs.State {
+	case webhookd.ForwardDead:
+		return prefix + "forwarding gave up (a dead letter): the downstream may not have applied it; retry or discard the dead letter"
+	case webhookd.ForwardDiscarded:
+		return prefix + "the dead letter was discarded: the downstream may never have received it"
+	case webhookd.ForwardSuperseded:
+		return prefix + "not sent: a newer version of the resource was pending for this route, and only the newest is sent"
+	}
+	return prefix + "forwarding is at least once: the downstream may receive this request more than once and must deduplicate on the Idempotency-Key header (the request ID)"
+}
+
 // ResidualRisk says what the receipt's decision does not guarantee, so that
 // an operator reading it knows what is left to the sender or the downstream.
 func (r *Receipt) ResidualRisk() []string {
@@ -105,10 +136,14 @@ func (r *Receipt) ResidualRisk() []string {
 		"request IDs are remembered for receipt_ttl after the last delivery; a redelivery after that is decided as new work",
 	}
 	switch {
-	case r.Decision == webhookd.Accepted && r.Forward.State != webhookd.ForwardNone:
-		risks = append(risks, "forwarding is at least once: the downstream may receive this request more than once and must deduplicate on the Idempotency-Key header (the request ID)")
+	case r.Decision == webhookd.Accepted && len(r.Routes) > 0:
+		for _, rs := range r.Routes {
+			risks = append(risks, routeRisk(&rs))
+		}
+	case r.Decision == webhookd.Accepted && r.Unrouted:
+		risks = append(risks, "the delivery matched no route's filter: webhookd recorded the decision and forwarded it nowhere")
 	case r.Decision == webhookd.Accepted:
-		risks = append(risks, "the source does not forward: webhookd recorded the decision and nothing else acted on it")
+		risks = append(risks, "the source has no routes: webhookd recorded the decision and nothing else acted on it")
 	case r.Decision == webhookd.Stale:
 		risks = append(risks, "the payload was not applied: if the newer version it lost to was itself wrong, the sender must send a newer version")
 	}

@@ -78,16 +78,20 @@ func TestRecordIsBounded(t *testing.T) {
 	}
 }
 
-func TestResidualRiskNamesTheIdempotencyKeyWhenForwarded(t *testing.T) {
-	r := Receipt{Decision: webhookd.Accepted, Resource: "x", Forward: webhookd.ForwardStatus{State: webhookd.ForwardPending}}
-	found := false
-	for _, risk := range r.ResidualRisk() {
-		if strings.Contains(risk, "Idempotency-Key") {
-			found = true
+func TestResidualRiskSpeaksOfEachRoute(t *testing.T) {
+	r := Receipt{Decision: webhookd.Accepted, Resource: "x", Routes: []webhookd.RouteStatus{
+		{Route: "billing", ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardPending}},
+		{Route: "audit", ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardDead}},
+	}}
+	risks := strings.Join(r.ResidualRisk(), "\n")
+	for _, want := range []string{"route billing: forwarding is at least once", "Idempotency-Key", "route audit: forwarding gave up"} {
+		if !strings.Contains(risks, want) {
+			t.Errorf("residual risk %q does not say %q", risks, want)
 		}
 	}
-	if !found {
-		t.Errorf("residual risk %q does not tell the downstream to deduplicate", r.ResidualRisk())
+	r.Routes, r.Unrouted = nil, true
+	if risks := strings.Join(r.ResidualRisk(), "\n"); !strings.Contains(risks, "matched no route") {
+		t.Errorf("residual risk of a delivery routed nowhere: %q", risks)
 	}
 }
 

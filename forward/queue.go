@@ -13,24 +13,24 @@ var ErrLeaseLost = errors.New("lease lost: the entry was claimed by another owne
 
 // Queue is the outbox as forwarders see it, in one process or many.
 //
-// Entries of one (source, resource) form a lane, in the order they were
-// accepted, which is their version order; an entry without a resource is a
-// lane of its own. Only a lane's head is ever claimed, and the next entry
+// Entries of one (source, route, resource) form a lane, in the order they
+// were accepted, which is their version order; an entry without a
+// resource is a lane of its own. Only a lane's head is ever claimed, and the next entry
 // only once the head is settled, so entries of one resource go one at a
 // time and in order, whichever owner sends them.
 type Queue interface {
-	// Claim hands owner up to n of source's lane heads that are due and
+	// Claim hands owner up to n of target's lane heads that are due and
 	// not claimed, each for lease: until then no other owner gets it. A
 	// claim whose owner died is claimable again after its lease.
-	Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]Claim, error)
+	Claim(ctx context.Context, owner string, target Target, n int, lease time.Duration) ([]Claim, error)
 	// Settle records what became of a claimed entry, with its receipt's
 	// forward status, atomically, if the claim still holds: its token is
 	// the entry's latest. Settling a claim again records nothing more and
 	// succeeds. It returns ErrLeaseLost when another claim took the entry.
 	Settle(ctx context.Context, c Claim, r Result) error
-	// Pending returns how many entries wait to be forwarded, by source; a
-	// source with none is absent.
-	Pending(ctx context.Context) (map[string]int, error)
+	// Pending returns how many entries wait to be forwarded, by target; a
+	// target with none is absent.
+	Pending(ctx context.Context) (map[Target]int, error)
 	// Notify is signalled when entries may have become claimable in this
 	// process. It is a hint: claims that only a poll finds are correct too.
 	Notify() <-chan struct{}

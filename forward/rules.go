@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/webhookd/webhookd"
@@ -8,10 +9,12 @@ import (
 	"github.com/webhookd/webhookd/versioning"
 )
 
-// NewEntry is the outbox entry of an accepted delivery, due at once.
-func NewEntry(d *webhookd.Delivery) Entry {
+// NewEntry is the outbox entry of an accepted delivery for one of its
+// routes, due at once.
+func NewEntry(d *webhookd.Delivery, route string) Entry {
 	return Entry{
 		Source:        d.Source,
+		Route:         route,
 		RequestID:     d.RequestID,
 		Resource:      d.Resource,
 		Version:       d.Version,
@@ -69,23 +72,47 @@ func Requeue(e Entry, now time.Time) (Entry, webhookd.ForwardStatus) {
 	return e, webhookd.ForwardStatus{State: webhookd.ForwardPending}
 }
 
-// CanRedeliver says whether the request of receipt r, with its current
-// forward status, may be forwarded again. The backend then needs its
-// payload, and CanResend. The console offers Redeliver only where it
+// CanRedeliver says whether the request of receipt r may be forwarded
+// again to route, given its forward status there. The backend then needs
+// its payload, and CanResend. The console offers Redeliver only where it
 // allows it.
-func CanRedeliver(r *dedupe.Receipt) error {
-	switch {
-	case r.Decision != webhookd.Accepted:
+func CanRedeliver(r *dedupe.Receipt, route string) error {
+	if r.Decision != webhookd.Accepted {
 		return webhookd.Errorf(webhookd.ECONFLICT, "request was decided %s, not accepted: there is nothing to redeliver", r.Decision)
-	case r.Forward.State == webhookd.ForwardNone:
-		// Accepted for a source without forward: no payload was kept.
-		return webhookd.Errorf(webhookd.ECONFLICT, "the source did not forward this request: there is nothing to redeliver")
-	case r.Forward.State == webhookd.ForwardPending || r.Forward.State == webhookd.ForwardRetrying:
-		return webhookd.Errorf(webhookd.ECONFLICT, "request is already queued for forwarding (%s)", r.Forward.State)
-	case r.Forward.State == webhookd.ForwardDead:
-		return webhookd.Errorf(webhookd.ECONFLICT, "request is a dead letter: retry it with POST /admin/deadletters/%s/{request_id}/retry", r.Source)
+	}
+	rs := r.Route(route)
+	switch {
+	case rs == nil:
+		return webhookd.Errorf(webhookd.ENOTFOUND, "request was not forwarded to route %q: there is nothing to redeliver", route)
+	case rs.State == webhookd.ForwardPending || rs.State == webhookd.ForwardRetrying:
+		return webhookd.Errorf(webhookd.ECONFLICT, "request is already queued for route %s (%s)", route, rs.State)
+	case rs.State == webhookd.ForwardDead:
+		return webhookd.Errorf(webhookd.ECONFLICT, "request is a dead letter of route %s: retry it with POST /admin/deadletters/%s/%s/%s/retry", route, r.Source, route, r.RequestID)
 	}
 	return nil
+}
+
+// Redeliverable returns the routes of receipt r that CanRedeliver allows,
+// for a redelivery that names no route; when none does, err says why not
+// for the first.
+func Redeliverable(r *dedupe.Receipt) (routes []string, err error) {
+	switch {
+	case r.Decision != webhookd.Accepted:
+		return nil, CanRedeliver(r, "")
+	case len(r.Routes) == 0:
+		return nil, webhookd.Errorf(webhookd.ECONFLICT, "the request was not forwarded to any route: there is nothing to redeliver")
+	}
+	for _, rs := range r.Routes {
+		if e := CanRedeliver(r, rs.Route); e != nil {
+			err = cmp.Or(err, e)
+			continue
+		}
+		routes = append(routes, rs.Route)
+	}
+	if len(routes) > 0 {
+		return routes, nil
+	}
+	return nil, err
 }
 
 // ErrNoPayload is CanRedeliver's sequel when the backend holds no payload
@@ -117,15 +144,19 @@ func CanResend(e *Entry, latest *versioning.Latest) error {
 	return webhookd.Errorf(webhookd.ECONFLICT, "version %s of resource %s was accepted after this request's version %s: sending it now would deliver an older version after a newer one", latest.Version, e.Resource, e.Version)
 }
 
-// Discarded returns the forward status of held, the receipt its request ID
-// has now (nil when none), once dead letter e is discarded; ok is false
-// when the receipt is not e's (none, or a later one), so there is no status
-// to change.
+// Discarded returns the forward status of e's route on held, the receipt
+// its request ID has now (nil when none), once dead letter e is
+// discarded; ok is false when the receipt is not e's (none, or a later
+// one) or was not forwarded to its route, so there is no status to change.
 func Discarded(e *Entry, held *dedupe.Receipt) (status webhookd.ForwardStatus, ok bool) {
 	if held == nil || !held.FirstSeen.Equal(e.CreatedAt) {
 		return status, false
 	}
-	status = held.Forward
+	rs := held.Route(e.Route)
+	if rs == nil {
+		return status, false
+	}
+	status = rs.ForwardStatus
 	status.State, status.NextAttemptAt = webhookd.ForwardDiscarded, nil
 	return status, true
 }

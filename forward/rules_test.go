@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -64,7 +65,8 @@ func TestRequeue(t *testing.T) {
 func TestEligibility(t *testing.T) {
 	first := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	accepted := func(state webhookd.ForwardState) *dedupe.Receipt {
-		return &dedupe.Receipt{Source: "s", Decision: webhookd.Accepted, FirstSeen: first, Forward: webhookd.ForwardStatus{State: state}}
+		return &dedupe.Receipt{Source: "s", Decision: webhookd.Accepted, FirstSeen: first,
+			Routes: []webhookd.RouteStatus{{Route: "a", ForwardStatus: webhookd.ForwardStatus{State: state}}}}
 	}
 	conflict := func(what string, err error) {
 		t.Helper()
@@ -73,16 +75,19 @@ func TestEligibility(t *testing.T) {
 		}
 	}
 	for _, ok := range []webhookd.ForwardState{webhookd.ForwardDelivered, webhookd.ForwardDiscarded, webhookd.ForwardSuperseded} {
-		if err := CanRedeliver(accepted(ok)); err != nil {
+		if err := CanRedeliver(accepted(ok), "a"); err != nil {
 			t.Errorf("redeliver %s: %v", ok, err)
 		}
 	}
-	for _, no := range []webhookd.ForwardState{webhookd.ForwardNone, webhookd.ForwardPending, webhookd.ForwardRetrying, webhookd.ForwardDead} {
-		conflict("redeliver "+string(no), CanRedeliver(accepted(no)))
+	for _, no := range []webhookd.ForwardState{webhookd.ForwardPending, webhookd.ForwardRetrying, webhookd.ForwardDead} {
+		conflict("redeliver "+string(no), CanRedeliver(accepted(no), "a"))
 	}
-	conflict("redeliver stale", CanRedeliver(&dedupe.Receipt{Decision: webhookd.Stale}))
+	if err := CanRedeliver(accepted(webhookd.ForwardDelivered), "b"); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
+		t.Errorf("redeliver to a route it was not forwarded to: %v, want not found", err)
+	}
+	conflict("redeliver stale", CanRedeliver(&dedupe.Receipt{Decision: webhookd.Stale}, "a"))
 
-	dead := &Entry{Source: "s", RequestID: "r", CreatedAt: first}
+	dead := &Entry{Source: "s", Route: "a", RequestID: "r", CreatedAt: first}
 	if err := CanRetry(dead, nil); err != nil {
 		t.Errorf("retry without a receipt: %v", err)
 	}
@@ -111,5 +116,32 @@ func TestEligibility(t *testing.T) {
 	}
 	if _, ok := Discarded(dead, nil); ok {
 		t.Error("discard without a receipt changed a status")
+	}
+	other := *dead
+	other.Route = "b"
+	if _, ok := Discarded(&other, accepted(webhookd.ForwardDead)); ok {
+		t.Error("discard changed the status of a route the receipt was not forwarded to")
+	}
+}
+
+func TestRedeliverable(t *testing.T) {
+	status := func(route string, state webhookd.ForwardState) webhookd.RouteStatus {
+		return webhookd.RouteStatus{Route: route, ForwardStatus: webhookd.ForwardStatus{State: state}}
+	}
+	r := &dedupe.Receipt{Decision: webhookd.Accepted, Routes: []webhookd.RouteStatus{
+		status("a", webhookd.ForwardDelivered), status("b", webhookd.ForwardPending), status("c", webhookd.ForwardDiscarded)}}
+	if routes, err := Redeliverable(r); err != nil || !slices.Equal(routes, []string{"a", "c"}) {
+		t.Errorf("Redeliverable = %v, %v; want a and c", routes, err)
+	}
+	r.Routes = r.Routes[1:2]
+	if routes, err := Redeliverable(r); webhookd.ErrorCode(err) != webhookd.ECONFLICT || routes != nil {
+		t.Errorf("Redeliverable of a pending route = %v, %v; want a conflict", routes, err)
+	}
+	r.Routes = nil
+	if _, err := Redeliverable(r); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+		t.Errorf("Redeliverable without routes: %v, want a conflict", err)
+	}
+	if _, err := Redeliverable(&dedupe.Receipt{Decision: webhookd.Stale}); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+		t.Errorf("Redeliverable of a stale request: %v, want a conflict", err)
 	}
 }

@@ -23,8 +23,8 @@ type Backend interface {
 	// Decide makes, records and returns the decision for one delivery:
 	// it reads the receipt and the resource's latest version, plans with
 	// dedupe.Decide, and writes the receipt, the latest version and, for
-	// an accepted delivery that is forwarded, the outbox entry with its
-	// payload, in one transaction. It returns only once that transaction
+	// an accepted delivery that is forwarded, one outbox entry for each
+	// route it names, sharing one payload, in one transaction. It returns only once that transaction
 	// is durable; when it fails, nothing of it is written, and the error
 	// is a webhookd.Error (EUNAVAILABLE when the storage cannot write).
 	// Deliveries of one request ID decided concurrently give one
@@ -43,9 +43,9 @@ type Backend interface {
 
 	Records
 	forward.Queue
-	// DeadLetterCounts returns how many dead letters each source has;
-	// a source without any is absent. Metrics read it on every scrape.
-	DeadLetterCounts() (map[string]int, error)
+	// DeadLetterCounts returns how many dead letters each route has; a
+	// route without any is absent. Metrics read it on every scrape.
+	DeadLetterCounts() (map[forward.Target]int, error)
 
 	// Close releases the backend once nothing uses it any more: intake
 	// and the forwarder are shut down first.
@@ -63,21 +63,23 @@ type Records interface {
 	// Latest returns the latest accepted version of one resource. Latest
 	// versions do not expire.
 	Latest(ctx context.Context, source, resource string) (*versioning.Latest, error)
-	// Outbox returns the entries waiting to be forwarded, of source ("" for
-	// all), in outbox order and without their bodies.
-	Outbox(ctx context.Context, source string) ([]forward.Entry, error)
-	// DeadLetters returns the dead letters of source ("" for all), by
-	// source and request ID, without their bodies.
-	DeadLetters(ctx context.Context, source string) ([]forward.Entry, error)
-	// RetryDeadLetter puts a dead letter back at the end of the outbox,
-	// with its attempts reset, if its body is kept and no later version of
-	// its resource was accepted.
-	RetryDeadLetter(ctx context.Context, source, requestID string) error
-	// DiscardDeadLetter removes a dead letter for good; its receipt says
-	// it was discarded.
-	DiscardDeadLetter(ctx context.Context, source, requestID string) error
-	// Redeliver forwards an accepted request again, from its kept payload,
-	// once its forwarding has ended (forward.CanRedeliver) and if no later
+	// Outbox returns the entries waiting to be forwarded to target, in
+	// outbox order and without their bodies. An empty Route means every
+	// route of the source; an empty Source, every source.
+	Outbox(ctx context.Context, target forward.Target) ([]forward.Entry, error)
+	// DeadLetters returns the dead letters of target (empty fields as in
+	// Outbox), by source, route and request ID, without their bodies.
+	DeadLetters(ctx context.Context, target forward.Target) ([]forward.Entry, error)
+	// RetryDeadLetter puts a dead letter of target back at the end of the
+	// outbox, with its attempts reset, if its body is kept and no later
 	// version of its resource was accepted.
-	Redeliver(ctx context.Context, source, requestID string) error
+	RetryDeadLetter(ctx context.Context, target forward.Target, requestID string) error
+	// DiscardDeadLetter removes a dead letter of target for good; its
+	// receipt says it was discarded on that route.
+	DiscardDeadLetter(ctx context.Context, target forward.Target, requestID string) error
+	// Redeliver forwards an accepted request again to route, from its kept
+	// payload, once its forwarding there has ended (forward.CanRedeliver)
+	// and if no later version of its resource was accepted. An empty route
+	// means every route forward.Redeliverable allows, in one transaction.
+	Redeliver(ctx context.Context, source, requestID, route string) error
 }
