@@ -9,7 +9,7 @@
 # bench/loadgen) into a work directory, starts them on 127.0.0.1 only, runs
 # bounded wrk phases (-t2 -c64 -d SECONDS, 1024-byte JSON bodies from
 # bench/webhook.lua): the ceiling, intake alone, accepts with forwarding,
-# duplicates, mixed with stale versions, and a backlog built while the
+# accepts with forwarding to three routes (fanout), duplicates, mixed with stale versions, and a backlog built while the
 # downstream holds requests; then it releases the downstream, times the
 # outbox draining (forwarding alone) and prints a table. With --memory-limit,
 # webhookd runs in a memory cgroup of that size, as in a container (root).
@@ -17,7 +17,7 @@
 # BENCH_DURATION, BENCH_SOAK_MINUTES, BENCH_SOAK_RATE (0: half the accept
 # phase's rate), BENCH_DRAIN_TIMEOUT, BENCH_WORKDIR and BENCH_MEMORY_LIMIT
 # are the flags' defaults; BENCH_FORWARD_CONCURRENCY (64)
-# sets the bench source's forward.concurrency.
+# sets every route's concurrency.
 #
 # With --postgres postgres://USER@HOST:PORT/DB (BENCH_POSTGRES), a DSN
 # whose user may create databases, it then runs the postgres backend in
@@ -25,7 +25,8 @@
 # bench/pgbench.sql, the database's ceiling for the statements a decision
 # writes; one webhookd replica on intake alone; one replica, then three
 # on one database, each with its own wrk and a third of the connections,
-# on accepts with forwarding, then the drain, as above.
+# on accepts with forwarding (one replica also to three routes), then the
+# drain, as above.
 set -euo pipefail
 
 DURATION=${BENCH_DURATION:-20}
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
 	--workdir) WORK=$2; shift 2 ;;
 	--memory-limit) MEMORY_LIMIT=$2; shift 2 ;;
 	--postgres) PG_DSN=$2; shift 2 ;;
-	-h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,29p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -57,6 +58,7 @@ HOST=127.0.0.1
 HOOK_PORT=18080 ADMIN_PORT=18081 CEILING_PORT=18090 DOWN_PORT=18099
 HOOK_URL=http://$HOST:$HOOK_PORT/hooks/bench
 INTAKE_URL=http://$HOST:$HOOK_PORT/hooks/intake
+FANOUT_URL=http://$HOST:$HOOK_PORT/hooks/fanout
 CEILING_URL=http://$HOST:$CEILING_PORT/hooks/bench
 METRICS_URL=http://$HOST:$ADMIN_PORT/metrics
 COUNT_URL=http://$HOST:$DOWN_PORT/count
@@ -223,7 +225,7 @@ phase() {
 		serverp99="≤ $(server_p99 "$WORK/buckets-before" "$WORK/buckets-after")"
 		[ "$CEILING_RPS" = 0 ] || ratio=$(calc "$rps / $CEILING_RPS" 2)
 		fwd=$(calc "(${after[5]} - ${before[5]}) / $wall")
-		outbox=$(metric webhookd_outbox_pending 'source="bench"')
+		outbox=$(metric webhookd_outbox_pending "source=\"${url##*/}\"")
 		perreceipt=$(calc "$(disk_bytes "$WORK/data") / (${after[0]} + ${after[2]})")
 		decisions="acc $((after[0] - before[0])) dup $((after[1] - before[1])) stale $((after[2] - before[2]))"
 		decisions+=" confl $((after[3] - before[3])) rej $((after[4] - before[4]))"
@@ -256,6 +258,11 @@ SELECTORS='    request_id: json:request_id
     version: json:data.version
     version_format: integer
     fingerprint_exclude: [sent_at]'
+# Every route's settings.
+ROUTE="        timeout: $((DURATION + 300))s # outlasts the backlog phase, during which the downstream holds requests
+        concurrency: $FORWARD_CONCURRENCY
+        max_attempts: 12
+        backoff: { initial: 1s, max: 1m }"
 rm -rf "$WORK/data"
 cat >"$WORK/webhookd.yaml" <<EOF
 # Written by bench/run.sh.
@@ -274,12 +281,24 @@ sources:
 $SELECTORS
   - name: bench
 $SELECTORS
-    forward:
-      url: http://$HOST:$DOWN_PORT/bench
-      timeout: $((DURATION + 300))s # outlasts the backlog phase, during which the downstream holds requests
-      concurrency: $FORWARD_CONCURRENCY
-      max_attempts: 12
-      backoff: { initial: 1s, max: 1m }
+    routes:
+      - url: http://$HOST:$DOWN_PORT/bench
+$ROUTE
+  # fanout: the bench source with three routes, each taking every delivery.
+  - name: fanout
+$SELECTORS
+    routes:
+      - name: all
+        url: http://$HOST:$DOWN_PORT/fanout-all
+$ROUTE
+      - name: typed
+        url: http://$HOST:$DOWN_PORT/fanout-typed
+        filter: 'body.type.startsWith("subscription.")'
+$ROUTE
+      - name: versioned
+        url: http://$HOST:$DOWN_PORT/fanout-versioned
+        filter: 'has(body.data.version) && body.data.version > 0'
+$ROUTE
 EOF
 # With a memory limit, webhookd runs in its own memory cgroup (v2, or v1's
 # memory hierarchy), as in a container limited to that much memory.
@@ -307,6 +326,7 @@ echo; say "webhookd pid $HOOKD_PID, config $WORK/webhookd.yaml, RSS at start $(c
 phase intake "$HOOKD_PID" "$INTAKE_URL" accept
 phase accept "$HOOKD_PID" "$HOOK_URL" accept
 ACCEPT_RPS=$(echo "${ROWS[-1]}" | cut -d'|' -f2)
+phase fanout "$HOOKD_PID" "$FANOUT_URL" accept fan
 phase dup "$HOOKD_PID" "$HOOK_URL" dup "${SENT[1]}" "${SENT[2]}"
 phase mixed "$HOOKD_PID" "$HOOK_URL" mixed
 # The downstream holds what it gets, so that intake builds an outbox
@@ -357,7 +377,7 @@ say "webhookd: $(rss_detail "$HOOKD_PID")(Go heap in use $(calc "$(metric go_mem
 grep -v '^webhookd: ' "$WORK/webhookd.log" | head -5 || true
 
 # 4. The table.
-section "results: wrk -t$THREADS -c$CONNS -d${DURATION}s per phase, 1024-byte bodies, forward.concurrency $FORWARD_CONCURRENCY, 127.0.0.1, $NCPU cores shared by wrk and the servers"
+section "results: wrk -t$THREADS -c$CONNS -d${DURATION}s per phase, 1024-byte bodies, route concurrency $FORWARD_CONCURRENCY, 127.0.0.1, $NCPU cores shared by wrk and the servers"
 say "vs ceiling = req/s / ceiling req/s; RSS = the server's VmRSS right after the phase"
 say "CPU columns: % of one core over the phase (utime+stime from /proc); other = busy machine time not in the three processes (kernel, other processes); steal = taken by the hypervisor"
 say "fwd/s = forwards delivered during the phase / phase time; outbox = pending right after the phase; B/receipt = du of the data dir / (accepted + stale) so far"
@@ -456,7 +476,8 @@ if [ -n "$PG_DSN" ]; then
 	PG_ROWS+=("pgbench, 3 statements a transaction|-|$PG_CEILING|-|$(awk '/^latency average/ { print $4 }' "$WORK/pgbench.txt") (mean)|-|-|-|1.00|-|$(calc "($pc1 - $pc0) * 100 / $CLK_TCK / ($t1 - $t0)")")
 
 	# pg_phase N SOURCE: N replicas on a fresh database, a wrk each posting
-	# to SOURCE (bench: with forwarding; intake: without), then the drain.
+	# to SOURCE (bench: with forwarding; fanout: to three routes; intake:
+	# without), then the drain.
 	pg_phase() {
 		local n=$1 source=$2 db=webhookd_bench_$1_$2 pids=() wrks=() i port t0 t1 wall before=0 after=0 req=0 rps p99=0 drained pending
 		pg_db "$db"
@@ -477,9 +498,10 @@ if [ -n "$PG_DSN" ]; then
 			done
 			echo "$sum"
 		}
-		pg_pending() { METRICS_URL=http://$HOST:$((PG_PORTS[0] + 1))/metrics scrape; metric webhookd_outbox_pending 'source="bench"'; }
+		pg_pending() { METRICS_URL=http://$HOST:$((PG_PORTS[0] + 1))/metrics scrape; metric webhookd_outbox_pending "source=\"$source\""; }
 		local what="accept with forwarding"
-		[ "$source" = bench ] || what="intake alone"
+		[ "$source" != fanout ] || what="accept with forwarding to three routes"
+		[ "$source" != intake ] || what="intake alone"
 		section "postgres, $n replica(s): wrk -t$THREADS -c$CONNS in all, -d${DURATION}s, $what"
 		# CPU of the replicas and of every PostgreSQL process (backends,
 		# WAL writer, checkpointer).
@@ -523,8 +545,9 @@ if [ -n "$PG_DSN" ]; then
 	}
 	pg_phase 1 intake
 	pg_phase 1 bench
+	pg_phase 1 fanout
 	pg_phase 3 bench
-	section "postgres results: accepts with forwarding, ${DURATION}s, $CONNS connections in all, 1024-byte bodies, forward.concurrency $FORWARD_CONCURRENCY, $NCPU cores shared by wrk, webhookd, PostgreSQL and the downstream"
+	section "postgres results: accepts with forwarding, ${DURATION}s, $CONNS connections in all, 1024-byte bodies, route concurrency $FORWARD_CONCURRENCY, $NCPU cores shared by wrk, webhookd, PostgreSQL and the downstream"
 	say "fwd/s = forwards delivered during the accept phase / its time; drain fwd/s = after it, with no intake; vs pgbench = accepted/s / pgbench tps; CPU = % of one core over the phase, postgres: all its processes"
 	say "3 replicas / 1 replica accepted/s: $(calc "$(echo "${PG_ROWS[-1]}" | cut -d'|' -f3) / $PG_ONE" 2)"
 	{
