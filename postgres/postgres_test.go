@@ -38,9 +38,12 @@ func replicas(t *testing.T, n int) []*Store {
 	return stores
 }
 
+// target is the route deliveries go to, unless a test names others.
+var target = forward.Target{Source: "billing", Route: "default"}
+
 func delivery(id, resource string, version uint64, body string) webhookd.Delivery {
 	d := webhookd.Delivery{Source: "billing", RequestID: id, DeliveryID: "d-" + id, Resource: resource,
-		Fingerprint: "sha-" + body, ReceivedAt: time.Now(), Forward: true, Body: []byte(body)}
+		Fingerprint: "sha-" + body, ReceivedAt: time.Now(), Forward: true, Routes: []string{target.Route}, Body: []byte(body)}
 	if version > 0 {
 		d.Version, d.VersionOrder = strconv.FormatUint(version, 10), version
 	}
@@ -76,7 +79,7 @@ func TestReplicasAcceptOnce(t *testing.T) {
 	if err != nil || r.Attempts != 150 {
 		t.Errorf("receipt %+v, %v; want 150 deliveries counted", r, err)
 	}
-	if entries, _ := stores[1].Outbox(ctx, ""); len(entries) != 1 {
+	if entries, _ := stores[1].Outbox(ctx, forward.Target{}); len(entries) != 1 {
 		t.Errorf("outbox holds %d entries, want 1", len(entries))
 	}
 }
@@ -99,7 +102,7 @@ func TestReplicasNeverMoveBackwards(t *testing.T) {
 	if err != nil || l.Order != 90 {
 		t.Fatalf("latest %+v, %v; want 90", l, err)
 	}
-	entries, _ := stores[0].Outbox(ctx, "billing")
+	entries, _ := stores[0].Outbox(ctx, target)
 	last := uint64(0)
 	for _, e := range entries {
 		v, _ := strconv.ParseUint(e.Version, 10, 64)
@@ -141,15 +144,15 @@ func TestLeaseHoldsAcrossReplicas(t *testing.T) {
 	if _, err := a.Decide(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := a.Claim(ctx, "a", "billing", 5, time.Minute)
+	claims, err := a.Claim(ctx, "a", target, 5, time.Minute)
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("a claimed %+v, %v", claims, err)
 	}
-	if got, err := b.Claim(ctx, "b", "billing", 5, time.Minute); err != nil || len(got) != 0 {
+	if got, err := b.Claim(ctx, "b", target, 5, time.Minute); err != nil || len(got) != 0 {
 		t.Fatalf("b claimed %+v, %v within a's lease", got, err)
 	}
 	clock.Advance(time.Minute)
-	got, err := b.Claim(ctx, "b", "billing", 5, time.Minute)
+	got, err := b.Claim(ctx, "b", target, 5, time.Minute)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("after the lease, b claimed %+v, %v", got, err)
 	}
