@@ -344,8 +344,8 @@ type latestRows struct {
 // entryRows are outbox entries (route set) or payloads (route unused).
 type entryRows struct {
 	source, route, id, resource, version, contentType, headers []string
-	createdAt, due, expiresAt                           []time.Time
-	body                                                [][]byte
+	createdAt, due, expiresAt                                  []time.Time
+	body                                                       [][]byte
 }
 
 // receipts adds the receipts the batch changed.
