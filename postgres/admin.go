@@ -14,8 +14,8 @@ import (
 	"github.com/webhookd/webhookd/versioning"
 )
 
-// Receipt returns the receipt of one request ID, with its current forward
-// status.
+// Receipt returns the receipt of one request ID, with the current forward
+// status of each of its routes, in the source's route order.
 func (s *Store) Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error) {
 	if err := s.available(); err != nil {
 		return nil, err
