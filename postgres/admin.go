@@ -198,9 +198,9 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID, route string) 
 		}
 		e.Body = body
 		es := make([]forward.Entry, len(routes))
-		for i, route := range routes {
+		for i, name := range routes {
 			es[i] = e
-			es[i].Route = route
+			es[i].Route = name
 		}
 		return s.requeue(ctx, tx, r, es, now)
 	})

@@ -30,12 +30,22 @@ type routeStatus struct {
 
 // settledStatus is the object a settle merges over its route's status
 // (setRouteStatus): every field but the position, those unset as null, so
-// that it replaces all of the status before it.
+// that it replaces all of the status before it. Its times keep
+// microseconds, as the timestamptz columns do, so that a retrying status
+// names the time its entry is due at.
 func settledStatus(st webhookd.ForwardStatus, token int64) ([]byte, error) {
 	return json.Marshal(map[string]any{
 		"state": st.State, "attempts": st.Attempts, "last_status": st.LastStatus, "last_error": st.LastError,
-		"next_attempt_at": st.NextAttemptAt, "delivered_at": st.DeliveredAt, "token": token,
+		"next_attempt_at": micro(st.NextAttemptAt), "delivered_at": micro(st.DeliveredAt), "token": token,
 	})
+}
+
+func micro(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.Truncate(time.Microsecond)
+	return &u
 }
 
 // routesJSON is an object of the routes column: the statuses of the
