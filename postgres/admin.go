@@ -14,8 +14,8 @@ import (
 	"github.com/webhookd/webhookd/versioning"
 )
 
-// Receipt returns the receipt of one request ID, with its current forward
-// status.
+// Receipt returns the receipt of one request ID, with the current forward
+// status of each of its routes, in the source's route order.
 func (s *Store) Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error) {
 	if err := s.available(); err != nil {
 		return nil, err
@@ -48,23 +48,23 @@ func notFound(err error) error {
 	return unavailable(err)
 }
 
-// Outbox returns the pending entries of source ("" for all), without
-// bodies, in outbox order.
-func (s *Store) Outbox(ctx context.Context, source string) ([]forward.Entry, error) {
-	return s.entries(ctx, listOutbox, source, false)
+// Outbox returns the pending entries of target (forward.Target's empty
+// fields for all), without bodies, in outbox order.
+func (s *Store) Outbox(ctx context.Context, target forward.Target) ([]forward.Entry, error) {
+	return s.entries(ctx, listOutbox, target, false)
 }
 
-// DeadLetters returns the dead letters of source ("" for all), without
-// bodies.
-func (s *Store) DeadLetters(ctx context.Context, source string) ([]forward.Entry, error) {
-	return s.entries(ctx, listDeadLetters, source, true)
+// DeadLetters returns the dead letters of target (empty fields as in
+// Outbox), without bodies.
+func (s *Store) DeadLetters(ctx context.Context, target forward.Target) ([]forward.Entry, error) {
+	return s.entries(ctx, listDeadLetters, target, true)
 }
 
-func (s *Store) entries(ctx context.Context, sql, source string, dead bool) ([]forward.Entry, error) {
+func (s *Store) entries(ctx context.Context, sql string, target forward.Target, dead bool) ([]forward.Entry, error) {
 	if err := s.available(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, sql, source)
+	rows, err := s.pool.Query(ctx, sql, target.Source, target.Route)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -91,11 +91,11 @@ func (s *Store) entries(ctx context.Context, sql, source string, dead bool) ([]f
 	return entries, nil
 }
 
-// RetryDeadLetter puts a dead letter back into the outbox with its
-// attempts reset.
-func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) error {
+// RetryDeadLetter puts a dead letter of target back into the outbox with
+// its attempts reset.
+func (s *Store) RetryDeadLetter(ctx context.Context, target forward.Target, requestID string) error {
 	err := s.repair(ctx, func(tx pgx.Tx, now time.Time) error {
-		held, e, err := lockDeadLetterOf(ctx, tx, source, requestID, now)
+		held, e, err := lockDeadLetterOf(ctx, tx, target, requestID, now)
 		if err != nil {
 			return err
 		}
@@ -105,10 +105,10 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 		if err := canResend(ctx, tx, &e); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, deleteDeadLetter, source, requestID); err != nil {
+		if _, err := tx.Exec(ctx, deleteDeadLetter, target.Source, target.Route, requestID); err != nil {
 			return err
 		}
-		return s.requeue(ctx, tx, e, now)
+		return s.requeue(ctx, tx, held, []forward.Entry{e}, now)
 	})
 	if err != nil {
 		return fmt.Errorf("retry dead letter: %w", err)
@@ -117,18 +117,18 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 }
 
 // lockDeadLetterOf locks the receipt requestID holds now (nil when none)
-// and its dead letter, with the dead letter's body, in that order, as
-// decisions lock receipts first.
-func lockDeadLetterOf(ctx context.Context, tx pgx.Tx, source, requestID string, now time.Time) (*dedupe.Receipt, forward.Entry, error) {
-	held, err := lockHeld(ctx, tx, source, requestID, now)
+// and its dead letter of target, with the dead letter's body, in that
+// order, as decisions lock receipts first.
+func lockDeadLetterOf(ctx context.Context, tx pgx.Tx, target forward.Target, requestID string, now time.Time) (*dedupe.Receipt, forward.Entry, error) {
+	held, err := lockHeld(ctx, tx, target.Source, requestID, now)
 	if err != nil {
 		return nil, forward.Entry{}, err
 	}
 	var deadAt time.Time
 	var body []byte
-	e, err := scanEntry(tx.QueryRow(ctx, lockDeadLetter, source, requestID), &deadAt, &body)
+	e, err := scanEntry(tx.QueryRow(ctx, lockDeadLetter, target.Source, target.Route, requestID), &deadAt, &body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, forward.Entry{}, webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
+		return nil, forward.Entry{}, webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, requestID)
 	}
 	if err != nil {
 		return nil, forward.Entry{}, err
@@ -137,21 +137,23 @@ func lockDeadLetterOf(ctx context.Context, tx pgx.Tx, source, requestID string, 
 	return held, e, nil
 }
 
-// DiscardDeadLetter drops a dead letter; its receipt says it was
-// discarded.
-func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string) error {
+// DiscardDeadLetter drops a dead letter of target; its receipt says it
+// was discarded on that route.
+func (s *Store) DiscardDeadLetter(ctx context.Context, target forward.Target, requestID string) error {
 	err := s.repair(ctx, func(tx pgx.Tx, now time.Time) error {
-		held, e, err := lockDeadLetterOf(ctx, tx, source, requestID, now)
+		held, e, err := lockDeadLetterOf(ctx, tx, target, requestID, now)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, deleteDeadLetter, source, requestID); err != nil {
+		if _, err := tx.Exec(ctx, deleteDeadLetter, target.Source, target.Route, requestID); err != nil {
 			return err
 		}
-		if status, ok := forward.Discarded(&e, held); ok {
-			return writeForward(ctx, tx, source, requestID, held.FirstSeen, status)
+		status, ok := forward.Discarded(&e, held)
+		if !ok {
+			return nil
 		}
-		return nil
+		held.Route(e.Route).ForwardStatus = status
+		return writeRoutes(ctx, tx, held, []string{e.Route})
 	})
 	if err != nil {
 		return fmt.Errorf("discard dead letter: %w", err)
@@ -159,9 +161,11 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string)
 	return nil
 }
 
-// Redeliver forwards an accepted request again, with the same
-// Idempotency-Key, for a downstream that lost it.
-func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
+// Redeliver forwards an accepted request again to route, or to every
+// route forward.Redeliverable allows when route is "", with the same
+// Idempotency-Key, for a downstream that lost it. The routes' entries
+// share the one payload, in one transaction.
+func (s *Store) Redeliver(ctx context.Context, source, requestID, route string) error {
 	err := s.repair(ctx, func(tx pgx.Tx, now time.Time) error {
 		r, err := lockHeld(ctx, tx, source, requestID, now)
 		if err != nil {
@@ -170,7 +174,13 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 		if r == nil {
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no receipt for %s/%s", source, requestID)
 		}
-		if err := forward.CanRedeliver(r); err != nil {
+		routes := []string{route}
+		if route == "" {
+			routes, err = forward.Redeliverable(r)
+		} else {
+			err = forward.CanRedeliver(r, route)
+		}
+		if err != nil {
 			return err
 		}
 		// The latest version before the payload: decisions lock them in
@@ -187,7 +197,12 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 			return err
 		}
 		e.Body = body
-		return s.requeue(ctx, tx, e, now)
+		es := make([]forward.Entry, len(routes))
+		for i, name := range routes {
+			es[i] = e
+			es[i].Route = name
+		}
+		return s.requeue(ctx, tx, r, es, now)
 	})
 	if err != nil {
 		return fmt.Errorf("redeliver: %w", err)
@@ -237,20 +252,38 @@ func canResend(ctx context.Context, tx pgx.Tx, e *forward.Entry) error {
 	return forward.CanResend(e, l)
 }
 
-// requeue puts e, with its body, at the end of the outbox as a fresh
-// forward intent; its payload then lives for the receipt TTL from now.
-func (s *Store) requeue(ctx context.Context, tx pgx.Tx, e forward.Entry, now time.Time) error {
-	e, status := forward.Requeue(e, now)
+// requeue puts es, the entries of one request on some of its routes,
+// sharing its body, at the end of the outbox as fresh forward intents;
+// their payload then lives for the receipt TTL from now. held, the
+// receipt the request ID has now (nil when none), says each route is
+// pending again when the entries are its.
+func (s *Store) requeue(ctx context.Context, tx pgx.Tx, held *dedupe.Receipt, es []forward.Entry, now time.Time) error {
+	var routes []string
+	for i := range es {
+		var status webhookd.ForwardStatus
+		es[i], status = forward.Requeue(es[i], now)
+		if held == nil || !held.FirstSeen.Equal(es[i].CreatedAt) {
+			continue
+		}
+		if rs := held.Route(es[i].Route); rs != nil {
+			rs.ForwardStatus = status
+			routes = append(routes, rs.Route)
+		}
+	}
 	w := &writes{now: now}
-	w.enqueue(&e, now.Add(s.ReceiptTTL))
+	w.enqueue(es, now.Add(s.ReceiptTTL))
 	if err := w.send(ctx, tx); err != nil {
 		return err
 	}
-	return writeForward(ctx, tx, e.Source, e.RequestID, e.CreatedAt, status)
+	return writeRoutes(ctx, tx, held, routes)
 }
 
-func writeForward(ctx context.Context, tx pgx.Tx, source, requestID string, firstSeen time.Time, st webhookd.ForwardStatus) error {
-	_, err := tx.Exec(ctx, setForward, source, requestID, firstSeen, string(st.State), st.Attempts, st.LastStatus,
-		st.LastError, st.NextAttemptAt, st.DeliveredAt)
+// writeRoutes writes the statuses held, a locked receipt, has for routes,
+// outside a settle.
+func writeRoutes(ctx context.Context, tx pgx.Tx, held *dedupe.Receipt, routes []string) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, mergeRoutes, held.Source, held.RequestID, held.FirstSeen, routesJSON(held.Routes, routes))
 	return err
 }

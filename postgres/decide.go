@@ -29,8 +29,9 @@ type decideOp struct {
 }
 
 // Decide makes the decision for d and writes it, with the receipt, the
-// resource's latest version and the outbox entry, in one transaction. It
-// returns once that transaction has committed.
+// resource's latest version and, for an accepted delivery that is
+// forwarded, an outbox entry for each route it names and their payload, in
+// one transaction. It returns once that transaction has committed.
 func (s *Store) Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error) {
 	if err := checkText(&d); err != nil {
 		return webhookd.Outcome{}, err
@@ -213,7 +214,7 @@ func (s *Store) tryDecide(ops []*decideOp) error {
 		if err != nil {
 			return err
 		}
-		var entries []forward.Entry
+		var enqueued [][]forward.Entry
 		for _, o := range ops {
 			d := o.d
 			h := receipts[key{d.Source, d.RequestID}]
@@ -235,14 +236,18 @@ func (s *Store) tryDecide(ops []*decideOp) error {
 				l.l = p.Latest
 			}
 			if p.Enqueue {
-				entries = append(entries, forward.NewEntry(d))
+				es := make([]forward.Entry, len(d.Routes))
+				for i, route := range d.Routes {
+					es[i] = forward.NewEntry(d, route)
+				}
+				enqueued = append(enqueued, es)
 			}
 		}
 		w := &writes{now: now}
 		w.receipts(receipts)
 		w.latest(latest)
-		for i := range entries {
-			w.enqueue(&entries[i], entries[i].CreatedAt.Add(s.ReceiptTTL))
+		for _, es := range enqueued {
+			w.enqueue(es, es[0].CreatedAt.Add(s.ReceiptTTL))
 		}
 		return w.send(ctx, tx)
 	})
@@ -302,23 +307,31 @@ func (s *Store) readBatch(ctx context.Context, tx pgx.Tx, ops []*decideOp, now t
 }
 
 // writes is what a batch writes, as arrays, one statement a table. Rows
-// go in key order, so that every transaction locks receipts, then latest
-// versions, then payloads, each in one order: two batches on two replicas
-// then never wait on each other in a cycle. Outbox entries keep the order
-// they were planned in, which is each lane's version order.
+// go in key order, so that every transaction locks receipts (with their
+// routes' statuses), then latest versions, then payloads, each in one
+// order: two batches on two replicas then never wait on each other in a
+// cycle. Outbox entries keep the order they were planned in, which is each
+// lane's version order; new entries lock no row another transaction holds.
 type writes struct {
 	now      time.Time
 	insert   receiptRows // receipts none was live for
 	update   receiptRows // receipts the batch read
 	latestW  latestRows
 	outbox   entryRows
-	payloads entryRows
+	payloads []payload
+}
+
+// payload is the payload of one request's entries, which they share.
+type payload struct {
+	e         *forward.Entry
+	expiresAt time.Time
 }
 
 type receiptRows struct {
-	source, id, resource, version, decision, duplicate, ordering, latestAt, sha, deliveries, state []string
-	firstSeen, lastSeen, expiresAt                                                                 []time.Time
-	attempts, was                                                                                  []int
+	source, id, resource, version, decision, duplicate, ordering, latestAt, sha, deliveries, routes []string
+	unrouted                                                                                        []bool
+	firstSeen, lastSeen, expiresAt                                                                  []time.Time
+	attempts, was                                                                                   []int
 }
 
 type latestRows struct {
@@ -328,10 +341,11 @@ type latestRows struct {
 	updatedAt                     []time.Time
 }
 
+// entryRows are outbox entries (route set) or payloads (route unused).
 type entryRows struct {
-	source, id, resource, version, contentType, headers []string
-	createdAt, due, expiresAt                           []time.Time
-	body                                                [][]byte
+	source, route, id, resource, version, contentType, headers []string
+	createdAt, due, expiresAt                                  []time.Time
+	body                                                       [][]byte
 }
 
 // receipts adds the receipts the batch changed.
@@ -353,7 +367,7 @@ func (w *writes) receipts(m map[key]*held) {
 		rows.decision, rows.duplicate = append(rows.decision, string(r.Decision)), append(rows.duplicate, string(r.DuplicateDecision))
 		rows.ordering, rows.latestAt = append(rows.ordering, r.OrderingDecision), append(rows.latestAt, r.LatestVersionAtDecision)
 		rows.sha, rows.deliveries = append(rows.sha, r.PayloadSHA256), append(rows.deliveries, string(deliveries))
-		rows.state = append(rows.state, string(r.Forward.State))
+		rows.unrouted, rows.routes = append(rows.unrouted, r.Unrouted), append(rows.routes, routesJSON(r.Routes, nil))
 		rows.firstSeen, rows.lastSeen = append(rows.firstSeen, r.FirstSeen), append(rows.lastSeen, r.LastSeen)
 		rows.expiresAt, rows.attempts = append(rows.expiresAt, h.expiresAt), append(rows.attempts, r.Attempts)
 	}
@@ -379,22 +393,29 @@ func (w *writes) latest(m map[key]*latestOf) {
 	}
 }
 
-// enqueue adds e to the outbox, and its body to the payloads, which live
-// until expiresAt. A batch enqueues a request ID once at most: an accept
-// holds its receipt, so no later operation of the batch accepts it again.
-func (w *writes) enqueue(e *forward.Entry, expiresAt time.Time) {
+// enqueue adds an outbox entry for each of es, the entries of one
+// request, one a route, and their payload, which lives until expiresAt.
+// A batch enqueues a request ID once at most: an accept holds its
+// receipt, so no later operation of the batch accepts it again.
+func (w *writes) enqueue(es []forward.Entry, expiresAt time.Time) {
+	for i := range es {
+		w.outbox.add(&es[i], time.Time{})
+	}
+	w.payloads = append(w.payloads, payload{e: &es[0], expiresAt: expiresAt})
+}
+
+// add appends e: its route for an outbox entry, its body for a payload.
+func (rows *entryRows) add(e *forward.Entry, expiresAt time.Time) {
 	headers, _ := json.Marshal(e.Headers)
 	body := e.Body
 	if body == nil {
 		body = []byte{}
 	}
-	for _, rows := range []*entryRows{&w.outbox, &w.payloads} {
-		rows.source, rows.id = append(rows.source, e.Source), append(rows.id, e.RequestID)
-		rows.resource, rows.version = append(rows.resource, e.Resource), append(rows.version, e.Version)
-		rows.contentType, rows.headers = append(rows.contentType, e.ContentType), append(rows.headers, string(headers))
-		rows.createdAt, rows.due = append(rows.createdAt, e.CreatedAt), append(rows.due, e.NextAttemptAt)
-		rows.expiresAt, rows.body = append(rows.expiresAt, expiresAt), append(rows.body, body)
-	}
+	rows.source, rows.route, rows.id = append(rows.source, e.Source), append(rows.route, e.Route), append(rows.id, e.RequestID)
+	rows.resource, rows.version = append(rows.resource, e.Resource), append(rows.version, e.Version)
+	rows.contentType, rows.headers = append(rows.contentType, e.ContentType), append(rows.headers, string(headers))
+	rows.createdAt, rows.due = append(rows.createdAt, e.CreatedAt), append(rows.due, e.NextAttemptAt)
+	rows.expiresAt, rows.body = append(rows.expiresAt, expiresAt), append(rows.body, body)
 }
 
 // send writes everything in one round trip, and fails with errConflict
@@ -411,14 +432,20 @@ func (w *writes) send(ctx context.Context, tx pgx.Tx) error {
 	}
 	r := &w.insert
 	queue(len(r.source), insertReceipts, r.source, r.id, r.resource, r.version, r.decision, r.duplicate, r.ordering,
-		r.latestAt, r.sha, r.firstSeen, r.lastSeen, r.attempts, r.deliveries, r.state, r.expiresAt, w.now)
+		r.latestAt, r.sha, r.firstSeen, r.lastSeen, r.attempts, r.deliveries, r.unrouted, r.routes, r.expiresAt, w.now)
 	r = &w.update
 	queue(len(r.source), updateReceipts, r.source, r.id, r.firstSeen, r.was, r.attempts, r.lastSeen, r.deliveries, r.expiresAt)
 	l := &w.latestW
 	queue(len(l.source), upsertLatest, l.source, l.resource, l.version, l.ord, l.id, l.updatedAt, l.was)
 	o := &w.outbox
-	queue(len(o.source), insertOutbox, o.source, o.id, o.resource, o.version, o.contentType, o.headers, o.createdAt, o.due)
-	p := &w.payloads
+	queue(len(o.source), insertOutbox, o.source, o.route, o.id, o.resource, o.version, o.contentType, o.headers, o.createdAt, o.due)
+	slices.SortFunc(w.payloads, func(a, b payload) int {
+		return compareKeys(key{a.e.Source, a.e.RequestID}, key{b.e.Source, b.e.RequestID})
+	})
+	p := &entryRows{}
+	for _, pl := range w.payloads {
+		p.add(pl.e, pl.expiresAt)
+	}
 	queue(len(p.source), upsertPayloads, p.source, p.id, p.resource, p.version, p.contentType, p.headers, p.createdAt, p.body, p.expiresAt)
 	res := tx.SendBatch(ctx, b)
 	defer res.Close()

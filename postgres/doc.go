@@ -24,13 +24,29 @@
 // Rows are written in key order, table by table, so that two replicas'
 // transactions never wait on each other in a cycle.
 //
-// The outbox is a table; a lane is its rows of one (source, resource) in
-// seq order. A claim leases due lane heads with FOR UPDATE SKIP LOCKED
-// and a lease token from a sequence; a settle applies only while the
-// entry carries its token, and a repeat is known by the token the settle
-// left on the entry, the receipt or the dead letter. Settles group-commit
-// as decisions do. Notify fires after local commits and every
-// PollInterval, for what other replicas did.
+// The outbox is a table with an entry for each route an accepted delivery
+// matched, written in the decision's transaction; the routes' entries of
+// one request share its one payload row. A lane is the entries of one
+// (source, route, resource) in seq order, and a claim takes the due lane
+// heads of one target (source, route), so a route's backlog or dead
+// letters hold up nothing of another's. A claim leases heads with FOR
+// UPDATE SKIP LOCKED and a lease token from a sequence; a settle applies
+// only while the entry carries its token, and a repeat is known by the
+// token the settle left on the entry, its route's status on the receipt,
+// or the dead letter. Settles group-commit as decisions do. Notify fires
+// after local commits and every PollInterval, for what other replicas did.
+//
+// A receipt's forward status per route is a jsonb object in the
+// receipt's own row (routes), keyed by route name with the route's
+// position in the source's order. A receipt and its statuses are then
+// written, replaced over an expired receipt, and expired as one row: a
+// table of its own would leave statuses behind when a request ID is
+// decided again over an expired receipt, and its expiry would delete by a
+// join whose plan rests on statistics. A settle merges its route's status
+// into the object (jsonb_set on the row it updates, the receipt's, as a
+// settle always did), so concurrent settles of one receipt's routes keep
+// each other's; repairs, which hold the receipt locked, merge whole route
+// statuses. Dead letters are keyed (source, route, request_id).
 //
 // Times are the store's clock (Now), passed to every statement, never the
 // database's: expiry and leases follow one clock, and tests move it by

@@ -231,9 +231,9 @@ func TestPlansWithoutStatistics(t *testing.T) {
 	for _, sql := range []string{
 		`INSERT INTO webhookd_receipts (source, request_id, resource, version, decision, duplicate_decision,
 			ordering_decision, latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries,
-			forward_state, expires_at)
+			unrouted, routes, expires_at)
 		SELECT 'billing', 'req-' || i, 'sub-' || i, '1', 'accepted', 'new', 'first', '', 'sha', now(), now(), 1, '[]',
-			'none', now() + interval '1 day'
+			false, '{"r0": {"position": 0, "state": "pending", "attempts": 0}}', now() + interval '1 day'
 		FROM generate_series(1, 20000) AS i`,
 		`INSERT INTO webhookd_latest (source, resource, version, ord, request_id, updated_at)
 		SELECT 'billing', 'sub-' || i, '1', 1, 'req-' || i, now() FROM generate_series(1, 20000) AS i`,
@@ -241,9 +241,9 @@ func TestPlansWithoutStatistics(t *testing.T) {
 			expires_at)
 		SELECT 'billing', 'req-' || i, 'sub-' || i, '1', '', '{}', now(), '', now() + interval '1 day'
 		FROM generate_series(1, 20000) AS i`,
-		`INSERT INTO webhookd_outbox (source, request_id, resource, version, content_type, headers, created_at,
+		`INSERT INTO webhookd_outbox (source, route, request_id, resource, version, content_type, headers, created_at,
 			next_attempt_at)
-		SELECT 'billing', 'req-' || i, 'sub-' || (i % 5000), '1', '', '{}', now(), now() - interval '1 hour'
+		SELECT 'billing', 'r' || (i % 3), 'req-' || i, 'sub-' || (i % 5000), '1', '', '{}', now(), now() - interval '1 hour'
 		FROM generate_series(1, 20000) AS i`,
 	} {
 		if _, err := s.pool.Exec(ctx, sql); err != nil {
@@ -291,7 +291,7 @@ func TestPlansWithoutStatistics(t *testing.T) {
 			return err
 		}
 		defer tx.Exec(ctx, "DEALLOCATE claim_plan")
-		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_plan('billing', now(), 64, 'owner', now() + interval '1 minute')")
+		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE claim_plan('billing', now(), 64, 'owner', now() + interval '1 minute', 'r0')")
 		if err != nil {
 			return err
 		}

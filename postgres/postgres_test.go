@@ -38,9 +38,12 @@ func replicas(t *testing.T, n int) []*Store {
 	return stores
 }
 
+// target is the route deliveries go to, unless a test names others.
+var target = forward.Target{Source: "billing", Route: "default"}
+
 func delivery(id, resource string, version uint64, body string) webhookd.Delivery {
 	d := webhookd.Delivery{Source: "billing", RequestID: id, DeliveryID: "d-" + id, Resource: resource,
-		Fingerprint: "sha-" + body, ReceivedAt: time.Now(), Forward: true, Body: []byte(body)}
+		Fingerprint: "sha-" + body, ReceivedAt: time.Now(), Forward: true, Routes: []string{target.Route}, Body: []byte(body)}
 	if version > 0 {
 		d.Version, d.VersionOrder = strconv.FormatUint(version, 10), version
 	}
@@ -76,7 +79,7 @@ func TestReplicasAcceptOnce(t *testing.T) {
 	if err != nil || r.Attempts != 150 {
 		t.Errorf("receipt %+v, %v; want 150 deliveries counted", r, err)
 	}
-	if entries, _ := stores[1].Outbox(ctx, ""); len(entries) != 1 {
+	if entries, _ := stores[1].Outbox(ctx, forward.Target{}); len(entries) != 1 {
 		t.Errorf("outbox holds %d entries, want 1", len(entries))
 	}
 }
@@ -99,7 +102,7 @@ func TestReplicasNeverMoveBackwards(t *testing.T) {
 	if err != nil || l.Order != 90 {
 		t.Fatalf("latest %+v, %v; want 90", l, err)
 	}
-	entries, _ := stores[0].Outbox(ctx, "billing")
+	entries, _ := stores[0].Outbox(ctx, target)
 	last := uint64(0)
 	for _, e := range entries {
 		v, _ := strconv.ParseUint(e.Version, 10, 64)
@@ -141,15 +144,15 @@ func TestLeaseHoldsAcrossReplicas(t *testing.T) {
 	if _, err := a.Decide(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := a.Claim(ctx, "a", "billing", 5, time.Minute)
+	claims, err := a.Claim(ctx, "a", target, 5, time.Minute)
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("a claimed %+v, %v", claims, err)
 	}
-	if got, err := b.Claim(ctx, "b", "billing", 5, time.Minute); err != nil || len(got) != 0 {
+	if got, err := b.Claim(ctx, "b", target, 5, time.Minute); err != nil || len(got) != 0 {
 		t.Fatalf("b claimed %+v, %v within a's lease", got, err)
 	}
 	clock.Advance(time.Minute)
-	got, err := b.Claim(ctx, "b", "billing", 5, time.Minute)
+	got, err := b.Claim(ctx, "b", target, 5, time.Minute)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("after the lease, b claimed %+v, %v", got, err)
 	}
@@ -421,5 +424,110 @@ func TestCollect(t *testing.T) {
 	}
 	if got := collect(ch, []int{1}, 4, true, time.Millisecond); !slices.Equal(got, []int{1}) {
 		t.Errorf("busy, nothing more came: %v", got)
+	}
+}
+
+// TestRouteStatusesSettledOnReplicasAtOnce forwards requests to three
+// routes, each route's entries claimed and settled by a replica of its
+// own, all at once: settles of one receipt's routes race on its row, and
+// each keeps the others' statuses and tokens.
+func TestRouteStatusesSettledOnReplicasAtOnce(t *testing.T) {
+	stores := replicas(t, 3)
+	routes := []string{"a", "b", "c"}
+	const requests = 40
+	for i := range requests {
+		d := delivery(fmt.Sprint("req-", i), fmt.Sprint("sub-", i), 1, "x")
+		d.Routes = routes
+		if _, err := stores[0].Decide(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settledClaims := make([][]forward.Claim, len(routes))
+	var wg sync.WaitGroup
+	for i, route := range routes {
+		wg.Go(func() {
+			s, to := stores[i], forward.Target{Source: "billing", Route: route}
+			for len(settledClaims[i]) < requests {
+				claims, err := s.Claim(ctx, route, to, 8, time.Minute)
+				if err != nil || len(claims) == 0 {
+					t.Errorf("claim on %s: %d claims, %v", route, len(claims), err)
+					return
+				}
+				for _, c := range claims {
+					res := forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200 + i, At: time.Now()}
+					if err := s.Settle(ctx, c, res); err != nil {
+						t.Errorf("settle %s: %v", c.Target(), err)
+						return
+					}
+				}
+				settledClaims[i] = append(settledClaims[i], claims...)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range requests {
+		r, err := stores[1].Receipt(ctx, "billing", fmt.Sprint("req-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Routes) != len(routes) {
+			t.Fatalf("%s: routes %+v", r.RequestID, r.Routes)
+		}
+		for j, rs := range r.Routes {
+			if rs.Route != routes[j] || rs.State != webhookd.ForwardDelivered || rs.LastStatus != 200+j {
+				t.Errorf("%s: route %d is %+v, want %s delivered with status %d", r.RequestID, j, rs, routes[j], 200+j)
+			}
+		}
+	}
+	// Each claim is known as settled by the token its route's status
+	// kept, whichever route's settle wrote the row last.
+	for i, claims := range settledClaims {
+		for _, c := range claims {
+			res := forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200 + i, At: time.Now()}
+			if err := stores[2].Settle(ctx, c, res); err != nil {
+				t.Errorf("settling %s/%s again: %v, want nil", c.Target(), c.RequestID, err)
+			}
+		}
+	}
+}
+
+// TestExpiredReceiptReplacedWithItsRoutes decides a request ID again past
+// its receipt's TTL, matching other routes: the new receipt's statuses
+// are the new routes', none of the old receipt's.
+func TestExpiredReceiptReplacedWithItsRoutes(t *testing.T) {
+	clock := storetest.NewClock()
+	s := openTest(t, storetest.Config{Dir: t.TempDir(), Now: clock.Now, ReceiptTTL: time.Hour})
+	d := delivery("req-1", "", 0, "x")
+	d.ReceivedAt, d.Routes = clock.Now(), []string{"a", "b"}
+	if _, err := s.Decide(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.Claim(ctx, "w", forward.Target{Source: "billing", Route: "a"}, 1, time.Minute)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claimed %+v, %v", claims, err)
+	}
+	if err := s.Settle(ctx, claims[0], forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	d.ReceivedAt, d.Routes = clock.Now(), []string{"c", "a"}
+	if out, err := s.Decide(ctx, d); err != nil || out.Decision != webhookd.Accepted {
+		t.Fatalf("past the TTL: %+v, %v; want accepted", out, err)
+	}
+	r, err := s.Receipt(ctx, "billing", "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := webhookd.ForwardStatus{State: webhookd.ForwardPending}
+	want := []webhookd.RouteStatus{{Route: "c", ForwardStatus: pending}, {Route: "a", ForwardStatus: pending}}
+	if !slices.Equal(r.Routes, want) || r.Unrouted {
+		t.Errorf("routes %+v, unrouted %v; want c and a pending", r.Routes, r.Unrouted)
+	}
+	d.RequestID, d.Routes = "req-2", nil
+	if _, err := s.Decide(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Receipt(ctx, "billing", "req-2"); err != nil || !r.Unrouted || len(r.Routes) != 0 {
+		t.Errorf("a delivery that matched no route: %+v, %v; want it routed nowhere", r, err)
 	}
 }

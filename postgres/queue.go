@@ -15,10 +15,10 @@ import (
 	"github.com/webhookd/webhookd/forward"
 )
 
-// Claim hands owner up to n of source's due lane heads, each for lease
+// Claim hands owner up to n of target's due lane heads, each for lease
 // (forward.Queue). The lease is a row's lease columns: any replica's
 // claim honours it, and once it ends any replica may claim the entry.
-func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
+func (s *Store) Claim(ctx context.Context, owner string, target forward.Target, n int, lease time.Duration) ([]forward.Claim, error) {
 	if err := s.available(); err != nil {
 		return nil, err
 	}
@@ -27,10 +27,10 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 	}
 	now := s.Now().Truncate(time.Microsecond)
 	until := now.Add(lease)
-	claims, err := s.leaseHeads(ctx, owner, source, n, now, until)
+	claims, err := s.leaseHeads(ctx, owner, target, n, now, until)
 	if err != nil {
 		s.observe(err)
-		return nil, fmt.Errorf("claim %s: %w", source, unavailable(err))
+		return nil, fmt.Errorf("claim %s: %w", target, unavailable(err))
 	}
 	// The statement returns rows in no particular order.
 	slices.SortFunc(claims, func(a, b forward.Claim) int {
@@ -40,10 +40,10 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 }
 
 // leaseHeads runs the claim statement and reads what it leased.
-func (s *Store) leaseHeads(ctx context.Context, owner, source string, n int, now, until time.Time) ([]forward.Claim, error) {
+func (s *Store) leaseHeads(ctx context.Context, owner string, target forward.Target, n int, now, until time.Time) ([]forward.Claim, error) {
 	var claims []forward.Claim
 	err := withGenericPlans(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, claim, source, now, n, owner, until)
+		rows, err := tx.Query(ctx, claim, target.Source, now, n, owner, until, target.Route)
 		if err != nil {
 			return err
 		}
@@ -58,7 +58,7 @@ func (s *Store) leaseHeads(ctx context.Context, owner, source string, n int, now
 // walks the due index in order and stops at the limit, whatever the
 // backlog; a plan for the values at hand, on an outbox never analyzed,
 // guesses a handful of due entries, so it reads every due entry of the
-// source and sorts them, for every claim.
+// target and sorts them, for every claim.
 func withGenericPlans(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, forceGenericPlans); err != nil {
@@ -85,19 +85,20 @@ func scanClaims(rows pgx.Rows, owner string, until time.Time) ([]forward.Claim, 
 	return claims, rows.Err()
 }
 
-// Pending returns how many entries wait to be forwarded, by source.
-func (s *Store) Pending(ctx context.Context) (map[string]int, error) {
+// Pending returns how many entries wait to be forwarded, by target.
+func (s *Store) Pending(ctx context.Context) (map[forward.Target]int, error) {
 	return s.counts(ctx, pending)
 }
 
-// DeadLetterCounts returns how many dead letters each source has.
-func (s *Store) DeadLetterCounts() (map[string]int, error) {
+// DeadLetterCounts returns how many dead letters each target has.
+func (s *Store) DeadLetterCounts() (map[forward.Target]int, error) {
 	ctx, cancel := s.background()
 	defer cancel()
 	return s.counts(ctx, countDeadLetters)
 }
 
-func (s *Store) counts(ctx context.Context, sql string) (map[string]int, error) {
+// counts reads rows of source, route and a count.
+func (s *Store) counts(ctx context.Context, sql string) (map[forward.Target]int, error) {
 	if err := s.available(); err != nil {
 		return nil, err
 	}
@@ -105,11 +106,11 @@ func (s *Store) counts(ctx context.Context, sql string) (map[string]int, error) 
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	counts := make(map[string]int)
-	var source string
+	counts := make(map[forward.Target]int)
+	var t forward.Target
 	var n int
-	_, err = pgx.ForEachRow(rows, []any{&source, &n}, func() error {
-		counts[source] = n
+	_, err = pgx.ForEachRow(rows, []any{&t.Source, &t.Route, &n}, func() error {
+		counts[t] = n
 		return nil
 	})
 	if err != nil {
@@ -127,9 +128,10 @@ type settleOp struct {
 
 // Settle records what became of the claimed entry (forward.Queue): the
 // entry is removed (delivered, superseded), rescheduled (retrying) or moved
-// to the dead letters with the body the claim carried (dead), and the
-// receipt's forward status says so, in one transaction, if the claim's
-// token is still the entry's. Settles group-commit as decisions do.
+// to its route's dead letters with the body the claim carried (dead), and
+// the receipt's status of the entry's route says so, in one transaction,
+// if the claim's token is still the entry's. Settles group-commit as
+// decisions do.
 func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) error {
 	o := &settleOp{c: c, r: r, done: make(chan error, 1)}
 	err := submit(s, s.settles, o)
@@ -137,7 +139,7 @@ func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) e
 		err = <-o.done
 	}
 	if err != nil {
-		return fmt.Errorf("settle %s/%s: %w", c.Source, c.RequestID, err)
+		return fmt.Errorf("settle %s/%s: %w", c.Target(), c.RequestID, err)
 	}
 	return nil
 }
@@ -162,10 +164,12 @@ func (s *Store) settleLoop() {
 }
 
 // settleBatch settles ops in one transaction, in the order of their
-// receipts' keys, the order every transaction locks receipts in.
+// receipts' keys, the order every transaction locks receipts in, and of
+// their routes among one receipt's.
 func (s *Store) settleBatch(ops []*settleOp) {
 	slices.SortStableFunc(ops, func(a, b *settleOp) int {
-		return cmp.Or(cmp.Compare(a.c.Source, b.c.Source), cmp.Compare(a.c.RequestID, b.c.RequestID))
+		return cmp.Or(cmp.Compare(a.c.Source, b.c.Source), cmp.Compare(a.c.RequestID, b.c.RequestID),
+			cmp.Compare(a.c.Route, b.c.Route))
 	})
 	var missed []bool
 	var err error
@@ -227,19 +231,22 @@ func (s *Store) trySettle(ops []*settleOp) (missed []bool, err error) {
 // settleStatement is the statement that applies r to c's entry.
 func settleStatement(c *forward.Claim, r forward.Result) (string, []any, error) {
 	eff := forward.Apply(c.Entry, r)
-	st := eff.Status
-	args := []any{int64(c.Seq), int64(c.Token), c.Source, c.RequestID, c.CreatedAt,
-		string(st.State), st.Attempts, st.LastStatus, st.LastError, st.NextAttemptAt, st.DeliveredAt}
+	status, err := settledStatus(eff.Status, int64(c.Token))
+	if err != nil {
+		return "", nil, err
+	}
+	args := []any{int64(c.Seq), int64(c.Token), c.Source, c.RequestID, c.CreatedAt, c.Route, status}
+	e := &eff.Entry
 	switch eff.Move {
 	case forward.Reschedule:
-		return settleReschedule, append(args, eff.Entry.NextAttemptAt), nil
+		return settleReschedule, append(args, e.Attempts, e.LastStatus, e.LastError, e.NextAttemptAt), nil
 	case forward.Bury:
-		e := &eff.Entry
 		headers, err := json.Marshal(e.Headers)
 		if err != nil {
 			return "", nil, err
 		}
-		return settleBury, append(args, *e.DeadAt, e.Resource, e.Version, e.ContentType, headers, e.Body, e.NextAttemptAt), nil
+		return settleBury, append(args, e.Attempts, e.LastStatus, e.LastError, e.NextAttemptAt, *e.DeadAt,
+			e.Resource, e.Version, e.ContentType, headers, e.Body), nil
 	}
 	return settleRemove, args, nil
 }
@@ -251,7 +258,7 @@ func (s *Store) repeated(c *forward.Claim) error {
 	ctx, cancel := s.background()
 	defer cancel()
 	var done bool
-	if err := s.pool.QueryRow(ctx, settled, int64(c.Seq), int64(c.Token), c.Source, c.RequestID).Scan(&done); err != nil {
+	if err := s.pool.QueryRow(ctx, settled, int64(c.Seq), int64(c.Token), c.Source, c.RequestID, c.Route).Scan(&done); err != nil {
 		return unavailable(err)
 	}
 	if !done {

@@ -5,8 +5,7 @@ package postgres
 // and test decides expiry and leases by the one clock it is given.
 
 const receiptColumns = `source, request_id, resource, version, decision, duplicate_decision, ordering_decision,
-	latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries,
-	forward_state, forward_attempts, forward_last_status, forward_last_error, forward_next_attempt_at, forward_delivered_at`
+	latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries, unrouted, routes`
 
 // Decisions.
 const (
@@ -25,30 +24,30 @@ const (
 	FROM unnest($1::text[], $2::text[]) AS k(s, res)
 	JOIN LATERAL (SELECT * FROM webhookd_latest l WHERE l.source = k.s AND l.resource = k.res LIMIT 1) l ON true`
 
-	// insertReceipts writes new receipts, over expired ones ($16: now)
-	// but never over a live one: that row is not written, and the batch
-	// is planned again.
+	// insertReceipts writes new receipts, with every route's status
+	// pending, over expired ones ($17: now) but never over a live one:
+	// that row is not written, and the batch is planned again.
 	insertReceipts = `INSERT INTO webhookd_receipts (source, request_id, resource, version, decision, duplicate_decision,
 		ordering_decision, latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries,
-		forward_state, expires_at)
-	SELECT s, id, res, v, d, dd, od, lv, sha, fs, ls, a, dl::jsonb, st, ex
+		unrouted, routes, expires_at)
+	SELECT s, id, res, v, d, dd, od, lv, sha, fs, ls, a, dl::jsonb, u, rt::jsonb, ex
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-		$9::text[], $10::timestamptz[], $11::timestamptz[], $12::integer[], $13::text[], $14::text[], $15::timestamptz[])
-		AS x(s, id, res, v, d, dd, od, lv, sha, fs, ls, a, dl, st, ex)
+		$9::text[], $10::timestamptz[], $11::timestamptz[], $12::integer[], $13::text[], $14::boolean[], $15::text[],
+		$16::timestamptz[])
+		AS x(s, id, res, v, d, dd, od, lv, sha, fs, ls, a, dl, u, rt, ex)
 	ON CONFLICT (source, request_id) DO UPDATE SET
 		resource = excluded.resource, version = excluded.version, decision = excluded.decision,
 		duplicate_decision = excluded.duplicate_decision, ordering_decision = excluded.ordering_decision,
 		latest_version_at_decision = excluded.latest_version_at_decision, payload_sha256 = excluded.payload_sha256,
 		first_seen = excluded.first_seen, last_seen = excluded.last_seen, attempts = excluded.attempts,
-		deliveries = excluded.deliveries, forward_state = excluded.forward_state, forward_attempts = 0,
-		forward_last_status = 0, forward_last_error = '', forward_next_attempt_at = NULL,
-		forward_delivered_at = NULL, forward_token = NULL, expires_at = excluded.expires_at
-	WHERE webhookd_receipts.expires_at <= $16`
+		deliveries = excluded.deliveries, unrouted = excluded.unrouted, routes = excluded.routes,
+		expires_at = excluded.expires_at
+	WHERE webhookd_receipts.expires_at <= $17`
 
 	// updateReceipts records more deliveries of held receipts, each if its
 	// attempts are still what the batch read ($4): otherwise another
-	// delivery came in between. The forward status is Settle's and is left
-	// alone.
+	// delivery came in between. The routes' statuses are Settle's and are
+	// left alone.
 	updateReceipts = `UPDATE webhookd_receipts r SET attempts = x.a, last_seen = x.ls, deliveries = x.dl::jsonb, expires_at = x.ex
 	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::integer[], $6::timestamptz[],
 		$7::text[], $8::timestamptz[]) AS x(s, id, fs, was, a, ls, dl, ex)
@@ -71,11 +70,11 @@ const (
 
 	// insertOutbox appends entries in the order given, which is each
 	// lane's version order: seq follows ORDER BY.
-	insertOutbox = `INSERT INTO webhookd_outbox (source, request_id, resource, version, content_type, headers, created_at,
-		next_attempt_at)
-	SELECT s, id, res, v, ct, h::jsonb, c, n
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
-		$8::timestamptz[]) WITH ORDINALITY AS x(s, id, res, v, ct, h, c, n, i)
+	insertOutbox = `INSERT INTO webhookd_outbox (source, route, request_id, resource, version, content_type, headers,
+		created_at, next_attempt_at)
+	SELECT s, rt, id, res, v, ct, h::jsonb, c, n
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[],
+		$9::timestamptz[]) WITH ORDINALITY AS x(s, rt, id, res, v, ct, h, c, n, i)
 	ORDER BY i`
 
 	// upsertPayloads replaces what an earlier receipt of a request ID
@@ -92,80 +91,79 @@ const (
 		expires_at = excluded.expires_at`
 )
 
-const entryColumns = `source, request_id, resource, version, content_type, headers, created_at, attempts,
+const entryColumns = `source, route, request_id, resource, version, content_type, headers, created_at, attempts,
 	next_attempt_at, last_status, last_error`
 
 // The queue.
 const (
-	// claim leases source's due lane heads: entries with no entry before
-	// them in their lane (an entry without a resource is alone in its
-	// own), not leased or whose lease ended. SKIP LOCKED passes over rows
-	// another claim or settle holds right now. $1 source, $2 now, $3 n,
-	// $4 owner, $5 lease end.
+	// claim leases the due lane heads of one target, a source's route:
+	// entries with no entry before them in their lane (an entry without a
+	// resource is alone in its own), not leased or whose lease ended. SKIP
+	// LOCKED passes over rows another claim or settle holds right now. $1
+	// source, $2 now, $3 n, $4 owner, $5 lease end, $6 route. Lanes are
+	// per route, so a route's heads wait for nothing of another route's.
 	claim = `WITH heads AS (
 		SELECT o.seq FROM webhookd_outbox o
-		WHERE o.source = $1 AND o.next_attempt_at <= $2 AND (o.lease_until IS NULL OR o.lease_until <= $2)
+		WHERE o.source = $1 AND o.route = $6 AND o.next_attempt_at <= $2 AND (o.lease_until IS NULL OR o.lease_until <= $2)
 		AND (o.resource = '' OR NOT EXISTS (
-			SELECT 1 FROM webhookd_outbox p WHERE p.source = o.source AND p.resource = o.resource AND p.seq < o.seq))
+			SELECT 1 FROM webhookd_outbox p
+			WHERE p.source = o.source AND p.route = o.route AND p.resource = o.resource AND p.seq < o.seq))
 		ORDER BY o.next_attempt_at, o.seq
 		LIMIT $3
 		FOR UPDATE OF o SKIP LOCKED
 	)
 	UPDATE webhookd_outbox o SET lease_owner = $4, lease_token = nextval('webhookd_lease_tokens'), lease_until = $5
 	FROM heads WHERE o.seq = heads.seq
-	RETURNING o.seq, o.source, o.request_id, o.resource, o.version, o.content_type, o.headers,
+	RETURNING o.seq, o.source, o.route, o.request_id, o.resource, o.version, o.content_type, o.headers,
 		o.created_at, o.attempts, o.next_attempt_at, o.last_status, o.last_error, o.lease_token,
 		(SELECT p.body FROM webhookd_payloads p WHERE p.source = o.source AND p.request_id = o.request_id
 			AND p.created_at = o.created_at AND p.expires_at > $2),
 		o.resource <> '' AND EXISTS (SELECT 1 FROM webhookd_outbox n
-			WHERE n.source = o.source AND n.resource = o.resource AND n.seq > o.seq)`
+			WHERE n.source = o.source AND n.route = o.route AND n.resource = o.resource AND n.seq > o.seq)`
 
 	// forceGenericPlans: see withGenericPlans.
 	forceGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 
-	// pending counts the outbox by source.
-	pending = `SELECT source, count(*) FROM webhookd_outbox GROUP BY source`
+	// pending counts the outbox by target.
+	pending = `SELECT source, route, count(*) FROM webhookd_outbox GROUP BY source, route`
 
 	// settleRemove deletes a delivered or superseded entry if the claim
-	// ($2 token) still holds it, and then records its forward status.
-	// $1 seq, $3 source, $4 request ID, $5 created_at, then the status.
+	// ($2 token) still holds it, and then records the forward status of
+	// its route on its receipt. $1 seq, $3 source, $4 request ID, $5
+	// created_at, $6 route, $7 the status (setRouteStatus).
 	settleRemove = `WITH settled AS (
 		DELETE FROM webhookd_outbox WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
-	), status AS (
-		UPDATE webhookd_receipts SET forward_state = $6, forward_attempts = $7, forward_last_status = $8,
-			forward_last_error = $9, forward_next_attempt_at = $10, forward_delivered_at = $11, forward_token = $2
-		WHERE source = $3 AND request_id = $4 AND first_seen = $5 AND EXISTS (SELECT 1 FROM settled)
-	)
+	), status AS (` + setRouteStatus + `)
 	SELECT count(*) FROM settled`
 
-	// settleReschedule keeps the entry, due at its next attempt, and ends
-	// the lease; the token stays, so that settling the claim again is
-	// known for a repeat.
+	// setRouteStatus is the settles' update of one route's status, once
+	// the claim held: the object $7 (the status and the claim's token)
+	// replaces the route's fields but its position. Only a route of the
+	// receipt the entry belongs to is written.
+	setRouteStatus = `UPDATE webhookd_receipts SET routes = jsonb_set(routes, ARRAY[$6::text], (routes -> $6::text) || $7::jsonb)
+		WHERE source = $3 AND request_id = $4 AND first_seen = $5 AND routes ? $6::text AND EXISTS (SELECT 1 FROM settled)`
+
+	// settleReschedule keeps the entry, due at its next attempt ($11), and
+	// ends the lease; the token stays, so that settling the claim again is
+	// known for a repeat. $8 attempts, $9 last status, $10 last error.
 	settleReschedule = `WITH settled AS (
-		UPDATE webhookd_outbox SET attempts = $7, next_attempt_at = $12, last_status = $8, last_error = $9,
+		UPDATE webhookd_outbox SET attempts = $8, next_attempt_at = $11, last_status = $9, last_error = $10,
 			lease_owner = NULL, lease_until = NULL
 		WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
-	), status AS (
-		UPDATE webhookd_receipts SET forward_state = $6, forward_attempts = $7, forward_last_status = $8,
-			forward_last_error = $9, forward_next_attempt_at = $10, forward_delivered_at = $11, forward_token = $2
-		WHERE source = $3 AND request_id = $4 AND first_seen = $5 AND EXISTS (SELECT 1 FROM settled)
-	)
+	), status AS (` + setRouteStatus + `)
 	SELECT count(*) FROM settled`
 
-	// settleBury moves the entry to the dead letters, with the body the
-	// claim carried ($17, NULL when its payload had expired). $12 dead_at,
-	// $13-$16 and $18 the rest of the entry.
+	// settleBury moves the entry to the dead letters of its route, with
+	// the body the claim carried ($17, NULL when its payload had expired).
+	// $8-$11 as in settleReschedule, $12 dead_at, $13-$16 the rest of the
+	// entry.
 	settleBury = `WITH settled AS (
 		DELETE FROM webhookd_outbox WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
-	), status AS (
-		UPDATE webhookd_receipts SET forward_state = $6, forward_attempts = $7, forward_last_status = $8,
-			forward_last_error = $9, forward_next_attempt_at = $10, forward_delivered_at = $11, forward_token = $2
-		WHERE source = $3 AND request_id = $4 AND first_seen = $5 AND EXISTS (SELECT 1 FROM settled)
-	), dead AS (
-		INSERT INTO webhookd_dead_letters (source, request_id, resource, version, content_type, headers, created_at,
-			attempts, next_attempt_at, last_status, last_error, dead_at, body, token)
-		SELECT $3, $4, $13, $14, $15, $16, $5, $7, $18, $8, $9, $12, $17, $2 FROM settled
-		ON CONFLICT (source, request_id) DO UPDATE SET
+	), status AS (` + setRouteStatus + `), dead AS (
+		INSERT INTO webhookd_dead_letters (source, route, request_id, resource, version, content_type, headers,
+			created_at, attempts, next_attempt_at, last_status, last_error, dead_at, body, token)
+		SELECT $3, $6, $4, $13, $14, $15, $16, $5, $8, $11, $9, $10, $12, $17, $2 FROM settled
+		ON CONFLICT (source, route, request_id) DO UPDATE SET
 			resource = excluded.resource, version = excluded.version, content_type = excluded.content_type,
 			headers = excluded.headers, created_at = excluded.created_at, attempts = excluded.attempts,
 			next_attempt_at = excluded.next_attempt_at, last_status = excluded.last_status,
@@ -175,10 +173,12 @@ const (
 
 	// settled says whether the claim with token $2 on entry $1 was
 	// settled already: the entry was rescheduled and still carries the
-	// token, or its receipt or dead letter was written by it.
+	// token, or its route's status on the receipt or its dead letter was
+	// written by it. $3 source, $4 request ID, $5 route.
 	settled = `SELECT EXISTS (SELECT 1 FROM webhookd_outbox WHERE seq = $1 AND lease_token = $2 AND lease_until IS NULL)
-		OR EXISTS (SELECT 1 FROM webhookd_receipts WHERE source = $3 AND request_id = $4 AND forward_token = $2)
-		OR EXISTS (SELECT 1 FROM webhookd_dead_letters WHERE source = $3 AND request_id = $4 AND token = $2)`
+		OR EXISTS (SELECT 1 FROM webhookd_receipts WHERE source = $3 AND request_id = $4
+			AND (routes -> $5::text ->> 'token')::bigint = $2)
+		OR EXISTS (SELECT 1 FROM webhookd_dead_letters WHERE source = $3 AND route = $5 AND request_id = $4 AND token = $2)`
 )
 
 // probeDecision takes the table locks a decision's writes take, and writes
@@ -206,28 +206,32 @@ const (
 	// lockReceipt is readReceipt holding the row until commit.
 	lockReceipt = readReceipt + ` FOR UPDATE`
 
+	// listOutbox: $1 source, $2 route, each '' for all.
 	listOutbox = `SELECT seq, ` + entryColumns + ` FROM webhookd_outbox
-	WHERE $1 = '' OR source = $1 ORDER BY seq`
+	WHERE ($1 = '' OR source = $1) AND ($2 = '' OR route = $2) ORDER BY seq`
 
 	listDeadLetters = `SELECT 0, ` + entryColumns + `, dead_at, body IS NULL FROM webhookd_dead_letters
-	WHERE $1 = '' OR source = $1 ORDER BY source, request_id`
+	WHERE ($1 = '' OR source = $1) AND ($2 = '' OR route = $2) ORDER BY source, route, request_id`
 
-	countDeadLetters = `SELECT source, count(*) FROM webhookd_dead_letters GROUP BY source`
+	countDeadLetters = `SELECT source, route, count(*) FROM webhookd_dead_letters GROUP BY source, route`
 
 	// lockDeadLetter reads a dead letter with its body, holding the row.
+	// $1 source, $2 route, $3 request ID.
 	lockDeadLetter = `SELECT 0, ` + entryColumns + `, dead_at, body FROM webhookd_dead_letters
-	WHERE source = $1 AND request_id = $2 FOR UPDATE`
+	WHERE source = $1 AND route = $2 AND request_id = $3 FOR UPDATE`
 
-	deleteDeadLetter = `DELETE FROM webhookd_dead_letters WHERE source = $1 AND request_id = $2`
+	deleteDeadLetter = `DELETE FROM webhookd_dead_letters WHERE source = $1 AND route = $2 AND request_id = $3`
 
-	// lockPayload reads a payload held for the receipt first seen at $3.
-	lockPayload = `SELECT 0, source, request_id, resource, version, content_type, headers, created_at, 0,
+	// lockPayload reads a payload held for the receipt first seen at $3,
+	// as an entry of no route.
+	lockPayload = `SELECT 0, source, '', request_id, resource, version, content_type, headers, created_at, 0,
 		created_at, 0, '', body FROM webhookd_payloads
 	WHERE source = $1 AND request_id = $2 AND created_at = $3 AND expires_at > $4 FOR UPDATE`
 
-	// setForward writes a receipt's forward status outside a settle.
-	setForward = `UPDATE webhookd_receipts SET forward_state = $4, forward_attempts = $5, forward_last_status = $6,
-		forward_last_error = $7, forward_next_attempt_at = $8, forward_delivered_at = $9, forward_token = NULL
+	// mergeRoutes writes the statuses of some of a receipt's routes
+	// outside a settle ($4: an object of whole route statuses, as the
+	// routes column holds them), the receipt first seen at $3 locked.
+	mergeRoutes = `UPDATE webhookd_receipts SET routes = routes || $4::jsonb
 	WHERE source = $1 AND request_id = $2 AND first_seen = $3`
 )
 

@@ -15,15 +15,18 @@ CREATE TABLE webhookd_receipts (
     last_seen                  timestamptz NOT NULL,
     attempts                   integer     NOT NULL,
     deliveries                 jsonb       NOT NULL,
-    forward_state              text        NOT NULL,
-    forward_attempts           integer     NOT NULL DEFAULT 0,
-    forward_last_status        integer     NOT NULL DEFAULT 0,
-    forward_last_error         text        NOT NULL DEFAULT '',
-    forward_next_attempt_at    timestamptz,
-    forward_delivered_at       timestamptz,
-    -- The lease token of the claim whose settle wrote the forward status,
-    -- so that settling that claim again is known to be a repeat.
-    forward_token              bigint,
+    -- Set when the source has routes and the accepted delivery matched
+    -- none of their filters.
+    unrouted                   boolean     NOT NULL,
+    -- The forward status of each route the request was forwarded to, an
+    -- object keyed by route name: {"position", "state", "attempts",
+    -- "last_status", "last_error", "next_attempt_at", "delivered_at",
+    -- "token"}. position is the route's place in the source's route
+    -- order; token is the lease token of the claim whose settle wrote the
+    -- status, so that settling that claim again is known to be a repeat.
+    -- The statuses live in the receipt's row so that a receipt and its
+    -- statuses are written, replaced and expired as one row.
+    routes                     jsonb       NOT NULL,
     expires_at                 timestamptz NOT NULL,
     PRIMARY KEY (source, request_id)
 );
@@ -42,9 +45,10 @@ CREATE TABLE webhookd_latest (
     PRIMARY KEY (source, resource)
 );
 
--- The entry of each accepted delivery of a forwarding source, with its
--- body, for forwarding and redelivery. A payload belongs to the receipt
--- first seen at created_at.
+-- The payload of each accepted delivery of a forwarding source, with its
+-- body, for forwarding and redelivery: one per request, whatever the
+-- number of routes whose entries send it. A payload belongs to the
+-- receipt first seen at created_at.
 CREATE TABLE webhookd_payloads (
     source       text        NOT NULL,
     request_id   text        NOT NULL,
@@ -59,14 +63,16 @@ CREATE TABLE webhookd_payloads (
 );
 CREATE INDEX webhookd_payloads_expires_at ON webhookd_payloads (expires_at);
 
--- Outbox: entries waiting to be forwarded. Entries of one (source,
--- resource) are a lane in seq order; an entry without a resource ('') is a
--- lane of its own. A claim sets the lease columns; lease_token stays after
+-- Outbox: entries waiting to be forwarded, one for each route an accepted
+-- delivery matched; the routes' entries of one request share its payload.
+-- Entries of one (source, route, resource) are a lane in seq order; an
+-- entry without a resource ('') is a lane of its own. A claim sets the lease columns; lease_token stays after
 -- a settle that reschedules, so that settling that claim again is known to
 -- be a repeat.
 CREATE TABLE webhookd_outbox (
     seq             bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     source          text        NOT NULL,
+    route           text        NOT NULL,
     request_id      text        NOT NULL,
     resource        text        NOT NULL,
     version         text        NOT NULL,
@@ -81,16 +87,17 @@ CREATE TABLE webhookd_outbox (
     lease_token     bigint,
     lease_until     timestamptz
 );
-CREATE INDEX webhookd_outbox_due ON webhookd_outbox (source, next_attempt_at, seq);
-CREATE INDEX webhookd_outbox_lane ON webhookd_outbox (source, resource, seq);
+CREATE INDEX webhookd_outbox_due ON webhookd_outbox (source, route, next_attempt_at, seq);
+CREATE INDEX webhookd_outbox_lane ON webhookd_outbox (source, route, resource, seq);
 
 CREATE SEQUENCE webhookd_lease_tokens;
 
 -- Dead letters: entries that will not be forwarded again unless retried,
--- with their own copy of the body (NULL when it expired before it could be
--- sent).
+-- one per (source, route, request_id), with their own copy of the body
+-- (NULL when it expired before it could be sent).
 CREATE TABLE webhookd_dead_letters (
     source          text        NOT NULL,
+    route           text        NOT NULL,
     request_id      text        NOT NULL,
     resource        text        NOT NULL,
     version         text        NOT NULL,
@@ -105,5 +112,5 @@ CREATE TABLE webhookd_dead_letters (
     body            bytea,
     -- The lease token of the claim that buried it, as in webhookd_receipts.
     token           bigint,
-    PRIMARY KEY (source, request_id)
+    PRIMARY KEY (source, route, request_id)
 );
