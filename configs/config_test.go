@@ -336,9 +336,9 @@ func TestVerifyPresetsAndValidation(t *testing.T) {
 		t.Errorf("explicit selector must win over the preset, the rest comes from it: %+v", s)
 	}
 	for yaml, want := range map[string]string{
-		`{name: a, verify: {scheme: stripe, secrets: [""]}}`:                                        "sources[0].verify.secrets: at least one non-empty secret",
-		`{name: a, verify: {scheme: standard-webhooks, secrets: ["plain"]}}`:                        "sources[0].verify.secrets[0]:",
-		`{name: a, verify: {scheme: rot13}}`:                                                        "sources[0].verify.scheme: must be one of",
+		`{name: a, verify: {scheme: stripe, secrets: [""]}}`:                                         "sources[0].verify.secrets: at least one non-empty secret",
+		`{name: a, verify: {scheme: standard-webhooks, secrets: ["plain"]}}`:                         "sources[0].verify.secrets[0]:",
+		`{name: a, verify: {scheme: rot13}}`:                                                         "sources[0].verify.scheme: must be one of",
 		`{name: a, request_id: "json:id", routes: [{url: "http://x", sign: {secret: "not-whsec"}}]}`: "sources[0].routes[0].sign.secret:",
 	} {
 		_, err := Parse([]byte("sources: [" + yaml + "]"))
