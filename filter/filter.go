@@ -53,8 +53,7 @@ const CostLimit = 10_000
 
 // Filter is a compiled expression. It is safe for concurrent use.
 type Filter struct {
-	expr string
-	prg  cel.Program
+	prg cel.Program
 }
 
 // Input is one delivery as a filter reads it.
@@ -118,14 +117,12 @@ func Compile(expr string) (*Filter, error) {
 		// OptOptimize compiles constant regular expressions here.
 		return nil, &Error{Msg: err.Error()}
 	}
-	return &Filter{expr: expr, prg: prg}, nil
+	return &Filter{prg: prg}, nil
 }
 
-// String returns the expression as written.
-func (f *Filter) String() string { return f.expr }
-
 // Match says whether in is selected: whether the expression evaluates to
-// true. An evaluation that fails does not match.
+// true. An evaluation that fails does not match. A nil Filter, a route
+// without a filter, selects every delivery.
 func (f *Filter) Match(in *Input) bool {
 	ok, _ := f.Eval(in)
 	return ok
@@ -135,6 +132,9 @@ func (f *Filter) Match(in *Input) bool {
 // count or log: a filter that fails on every delivery reads a field the
 // deliveries do not have.
 func (f *Filter) Eval(in *Input) (bool, error) {
+	if f == nil {
+		return true, nil
+	}
 	out, _, err := f.prg.Eval(&activation{in: in})
 	if err != nil {
 		return false, err
