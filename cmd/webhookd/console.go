@@ -6,26 +6,29 @@ import (
 
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/console"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/postgres"
 	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store"
 )
 
-// attempts tells each of its Metrics of every forward attempt: Prometheus
-// and the console's overview.
-type attempts []sender.Metrics
+// attempts tells Prometheus and the console's overview of every forward
+// attempt; the overview counts them by source.
+type attempts struct {
+	metrics sender.Metrics
+	console *console.Console
+}
 
-func (a attempts) Attempted(source, result string, took time.Duration) {
-	for _, m := range a {
-		m.Attempted(source, result, took)
-	}
+func (a attempts) Attempted(target forward.Target, result string, took time.Duration) {
+	a.metrics.Attempted(target, result, took)
+	a.console.Attempted(target.Source, result, took)
 }
 
 func consoleSources(cfg *configs.Config) []console.Source {
 	sources := make([]console.Source, len(cfg.Sources))
 	for i, s := range cfg.Sources {
-		sources[i] = console.Source{Name: s.Name, Forwards: s.Forward != nil}
+		sources[i] = console.Source{Name: s.Name, Forwards: len(s.Routes) > 0}
 	}
 	return sources
 }
