@@ -13,22 +13,23 @@ import (
 	"github.com/webhookd/webhookd/store"
 )
 
-// attempts tells Prometheus and the console's overview of every forward
-// attempt; the overview counts them by source.
-type attempts struct {
-	metrics sender.Metrics
-	console *console.Console
-}
+// attempts tells each of its Metrics of every forward attempt: Prometheus
+// and the console's overview.
+type attempts []sender.Metrics
 
 func (a attempts) Attempted(target forward.Target, result string, took time.Duration) {
-	a.metrics.Attempted(target, result, took)
-	a.console.Attempted(target.Source, result, took)
+	for _, m := range a {
+		m.Attempted(target, result, took)
+	}
 }
 
 func consoleSources(cfg *configs.Config) []console.Source {
 	sources := make([]console.Source, len(cfg.Sources))
 	for i, s := range cfg.Sources {
-		sources[i] = console.Source{Name: s.Name, Forwards: len(s.Routes) > 0}
+		sources[i] = console.Source{Name: s.Name}
+		for _, r := range s.Routes {
+			sources[i].Routes = append(sources[i].Routes, r.Name)
+		}
 	}
 	return sources
 }
