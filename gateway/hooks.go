@@ -444,9 +444,9 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 
 // selectRoutes returns the names of the routes whose filter selects d, in
 // configuration order, and the request's headers that any of them passes
-// through. parse has checked the body is JSON when the source reads a
-// field of it. Filters run on every delivery parsed, before the decision; only
-// an accepted delivery's routes are written. The names are the
+// through. Filters run on every delivery parsed, before the decision; only
+// an accepted delivery's routes are written. parse has checked that the
+// body is JSON when the source reads a field of it. The names are the
 // configuration's strings and the headers copies: both outlive the
 // request.
 func (src *source) selectRoutes(c *fiber.Ctx, d *webhookd.Delivery, body []byte) (names []string, headers map[string]string) {
