@@ -86,3 +86,28 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseRoutes is BenchmarkParse for a source with three routes,
+// two of them filtered (one on the body, one on a header) and both
+// matching: what choosing a delivery's routes adds to the request path.
+func BenchmarkParseRoutes(b *testing.B) {
+	f := newFixtureFor(b, routesConfig, nil)
+	src := f.server.sources["stripe"]
+	body := []byte(fmt.Sprintf(`{"id":"evt_1","type":"invoice.paid","pad":%q,"data":{"object":{"id":"in_1"}}}`, strings.Repeat("x", 900)))
+	app := f.server.Public()
+	c := app.AcquireCtx(&fasthttp.RequestCtx{})
+	defer app.ReleaseCtx(c)
+	c.Request().SetBody(body)
+	c.Request().Header.Set("X-Account", "acct_1")
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := f.server.parse(c, src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(d.Routes) != 3 {
+			b.Fatalf("routes %v, want all three", d.Routes)
+		}
+	}
+}

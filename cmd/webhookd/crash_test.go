@@ -181,7 +181,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	public, admin := freeAddr(t), freeAddr(t)
 	config := strings.NewReplacer("shutdown_timeout: 5s", "shutdown_timeout: 60s",
-		"      max_attempts: 1000\n", "      max_attempts: 1000\n      timeout: 60s\n").
+		"        max_attempts: 1000\n", "        max_attempts: 1000\n        timeout: 60s\n").
 		Replace(testConfig(t, filepath.Join(dir, "data"), down.URL, public, admin))
 	configPath := filepath.Join(dir, "webhookd.yaml")
 	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {

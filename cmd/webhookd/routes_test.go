@@ -6,10 +6,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,106 +19,17 @@ import (
 	"github.com/webhookd/webhookd/postgres/pgtest"
 )
 
-// routeDownstream is one route's service: it records what arrives and
-// answers 503 while failing is set.
-type routeDownstream struct {
-	t       *testing.T
-	route   string
-	failing atomic.Bool
-	mu      sync.Mutex
-	keys    map[string]int
-	seen    []string // "resource version" in arrival order
-	refused int
-}
-
-func newRouteDownstream(t *testing.T, route string) (*routeDownstream, *httptest.Server) {
-	d := &routeDownstream{t: t, route: route, keys: map[string]int{}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if got := r.Header.Get("Webhook-Route"); got != route {
-			t.Errorf("route %s got a request naming route %q", route, got)
+// routesConfig is a gateway with one source and three filtered routes:
+// invoices to billing, everything to analytics, one account's events to
+// audit. storage is the storage: line.
+func routesConfig(storage, listen, adminListen, billingURL, analyticsURL, auditURL string) string {
+	route := func(name, url, filter string) string {
+		r := fmt.Sprintf("      - name: %s\n        url: %q\n        timeout: 2s\n        max_attempts: 10000\n        backoff: { initial: 10ms, max: 100ms }\n", name, url)
+		if filter != "" {
+			r += fmt.Sprintf("        filter: %q\n", filter)
 		}
-		if d.failing.Load() {
-			d.refused++
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		d.keys[r.Header.Get("Idempotency-Key")]++
-		d.seen = append(d.seen, r.Header.Get("Webhook-Resource")+" "+r.Header.Get("Webhook-Version"))
-	}))
-	t.Cleanup(srv.Close)
-	return d, srv
-}
-
-// check fails the test unless the downstream received each of want at
-// least once, nothing else, and each resource's versions in order.
-func (d *routeDownstream) check(want map[string]bool) {
-	d.t.Helper()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for id := range want {
-		if d.keys[id] == 0 {
-			d.t.Errorf("route %s never received %s", d.route, id)
-		}
+		return r
 	}
-	for id := range d.keys {
-		if !want[id] {
-			d.t.Errorf("route %s received %s, which its filter does not select", d.route, id)
-		}
-	}
-	last := map[string]int{}
-	for _, s := range d.seen {
-		res, v, _ := strings.Cut(s, " ")
-		n, _ := strconv.Atoi(v)
-		if n < last[res] {
-			d.t.Errorf("route %s: %s version %d arrived after %d", d.route, res, n, last[res])
-		}
-		last[res] = n
-	}
-	d.t.Logf("route %s: %d request IDs expected, %d requests received, %d refused", d.route, len(want), len(d.seen), d.refused)
-}
-
-// routeEvent is delivery i of the fan-out test: a Stripe-like event whose
-// type and account the routes' filters read.
-type routeEvent struct {
-	id, typ, account, object string
-	version                  int
-}
-
-func newRouteEvent(i int) routeEvent {
-	const resources = 40
-	return routeEvent{
-		id:      fmt.Sprint("evt_", i),
-		typ:     []string{"invoice.paid", "customer.updated", "invoice.created", "charge.succeeded"}[i%4],
-		account: []string{"acct_1", "acct_2", "acct_3"}[i%3],
-		object:  fmt.Sprint("obj_", i%resources),
-		version: i/resources + 1,
-	}
-}
-
-func (e routeEvent) body() string {
-	return fmt.Sprintf(`{"id":%q,"type":%q,"account":%q,"version":%d,"data":{"object":{"id":%q}}}`, e.id, e.typ, e.account, e.version, e.object)
-}
-
-// routes returns the routes whose filter selects e, as routesConfig
-// configures them.
-func (e routeEvent) routes() []string {
-	var routes []string
-	if strings.HasPrefix(e.typ, "invoice.") {
-		routes = append(routes, "billing")
-	}
-	routes = append(routes, "analytics")
-	if e.account == "acct_1" {
-		routes = append(routes, "audit")
-	}
-	return routes
-}
-
-// routesConfig is one Stripe-like source fanned out to three filtered
-// routes; storage is the storage line.
-func routesConfig(storage, listen, admin string, urls map[string]string) string {
 	return fmt.Sprintf(`
 listen: %q
 %s
@@ -126,184 +37,242 @@ shutdown_timeout: 5s
 log: { level: warn }
 admin: { listen: %q, token: %q }
 sources:
-  - name: events
+  - name: stripe
     request_id: json:id
-    resource: json:data.object.id
-    version: json:version
+    resource: json:object.id
+    version: json:object.version
     routes:
-      - name: billing
-        url: %q
-        filter: 'body.type.startsWith("invoice.")'
-        timeout: 2s
-        max_attempts: 10000
-        backoff: { initial: 10ms, max: 100ms }
-      - name: analytics
-        url: %q
-        timeout: 2s
-        max_attempts: 10000
-        backoff: { initial: 10ms, max: 100ms }
-      - name: audit
-        url: %q
-        filter: 'has(body.account) && body.account == "acct_1"'
-        timeout: 2s
-        max_attempts: 10000
-        backoff: { initial: 10ms, max: 100ms }
-`, listen, storage, admin, adminToken, urls["billing"], urls["analytics"], urls["audit"])
+`, listen, storage, adminListen, adminToken) +
+		route("billing", billingURL, `body.type.startsWith("invoice.")`) +
+		route("analytics", analyticsURL, "") +
+		route("audit", auditURL, `body.account == "acct_1"`)
 }
 
-// TestRoutesFanOutEndToEnd runs the real binary with one source feeding
-// three filtered routes, on Badger and on PostgreSQL with two replicas:
-// deliveries with redeliveries and versions out of order, the audit
-// route's service answering 503 throughout, and a SIGKILL mid-load. Then
-// each working route received exactly what its filter selects of the
-// accepted requests, in per-resource version order; the failing route
-// dead-lettered nothing and held up no other route; once its service
-// recovers, it receives its share the same way.
-func TestRoutesFanOutEndToEnd(t *testing.T) {
-	t.Run("badger", func(t *testing.T) {
-		routesFanOut(t, 1, func(t *testing.T) string { return fmt.Sprintf("data_dir: %q", filepath.Join(t.TempDir(), "data")) })
-	})
-	t.Run("postgres", func(t *testing.T) {
-		routesFanOut(t, 2, func(t *testing.T) string {
-			return fmt.Sprintf("storage: { backend: postgres, dsn: %q }", pgtest.SchemaDSN(t, "routes"))
-		})
-	})
+// event is delivery i of TestRoutesEndToEnd: resources get their versions
+// in turn, and every kind of event goes to every account.
+func event(i int) (body string, invoice, audited bool) {
+	const resources = 40
+	kinds := []string{"invoice.paid", "customer.updated", "invoice.created"}
+	kind, account := kinds[i%len(kinds)], fmt.Sprint("acct_", i%4)
+	body = fmt.Sprintf(`{"id":"evt_%d","type":%q,"account":%q,"object":{"id":"obj_%d","version":%d}}`,
+		i, kind, account, i%resources, i/resources+1)
+	return body, strings.HasPrefix(kind, "invoice."), account == "acct_1"
 }
 
-func routesFanOut(t *testing.T, replicas int, storage func(t *testing.T) string) {
-	downs, urls := map[string]*routeDownstream{}, map[string]string{}
-	for _, route := range []string{"billing", "analytics", "audit"} {
-		d, srv := newRouteDownstream(t, route)
-		downs[route], urls[route] = d, srv.URL
-	}
-	downs["audit"].failing.Store(true)
-
-	storageLine := storage(t)
-	type replica struct {
-		public, admin, config string
-		p                     *process
-	}
-	var reps []*replica
-	for i := range replicas {
-		r := &replica{public: freeAddr(t), admin: freeAddr(t)}
-		r.config = filepath.Join(t.TempDir(), fmt.Sprintf("webhookd-%d.yaml", i))
-		if err := os.WriteFile(r.config, []byte(routesConfig(storageLine, r.public, r.admin, urls)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		reps = append(reps, r)
-	}
-	var wg sync.WaitGroup
-	for _, r := range reps {
-		wg.Go(func() { r.p = startBinary(t, r.config, r.public) })
-	}
-	wg.Wait()
-
-	const total = 2000
-	// Versions of a resource arrive out of order within windows.
-	order := make([]int, total)
-	for i := range order {
-		order[i] = i
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for w := 0; w < total; w += 160 {
-		window := order[w:min(w+160, total)]
-		rng.Shuffle(len(window), func(a, b int) { window[a], window[b] = window[b], window[a] })
-	}
-	post := func(i, first int) {
-		for k := range len(reps) {
-			r := reps[(first+k)%len(reps)]
-			resp, err := http.Post("http://"+r.public+"/hooks/events", "application/json", strings.NewReader(newRouteEvent(i).body()))
-			if err != nil {
-				continue
+// TestRoutesEndToEnd runs the real binary with three filtered routes of
+// one source, on Badger and on PostgreSQL with two replicas. 2,000
+// deliveries arrive with redeliveries and versions out of order, one
+// process is SIGKILLed mid-load and started again, and the audit route's
+// downstream answers 503 the whole run. Then each other route has
+// received exactly the accepted deliveries its filter selects, each at
+// least once, in per-resource order; nothing of audit was dead-lettered;
+// and once audit's downstream recovers it gets its own, in order too.
+func TestRoutesEndToEnd(t *testing.T) {
+	for _, backend := range []string{"badger", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			billingRec, billing := routeRecorder(t, "billing", nil)
+			analyticsRec, analytics := routeRecorder(t, "analytics", nil)
+			var auditUp atomic.Bool
+			auditRec, audit := routeRecorder(t, "audit", &auditUp)
+			var storage []string
+			switch backend {
+			case "badger":
+				storage = []string{fmt.Sprintf("data_dir: %q", filepath.Join(t.TempDir(), "data"))}
+			case "postgres":
+				dsn := pgtest.SchemaDSN(t, t.Name())
+				line := fmt.Sprintf("storage: { backend: postgres, dsn: %q }", dsn)
+				storage = []string{line, line}
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				return
+			type replica struct {
+				public, admin, config string
+				p                     *process
 			}
-		}
-	}
-	send := func(at func(sent int)) {
-		work := make(chan int)
-		var wg sync.WaitGroup
-		for range 12 {
-			wg.Go(func() {
-				for n := range work {
-					post(order[n], n%len(reps))
-					if n%5 == 0 { // a redelivery, to another replica where there is one
-						post(order[n], (n+1)%len(reps))
+			var reps []*replica
+			for i, s := range storage {
+				r := &replica{public: freeAddr(t), admin: freeAddr(t)}
+				r.config = filepath.Join(t.TempDir(), fmt.Sprintf("webhookd-%d.yaml", i))
+				yaml := routesConfig(s, r.public, r.admin, billing.URL, analytics.URL, audit.URL)
+				if err := os.WriteFile(r.config, []byte(yaml), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				reps = append(reps, r)
+			}
+			var wg sync.WaitGroup
+			for _, r := range reps {
+				wg.Go(func() { r.p = startBinary(t, r.config, r.public) })
+			}
+			wg.Wait()
+
+			const total = 2000
+			// Versions of a resource arrive out of order within windows.
+			order := make([]int, total)
+			for i := range order {
+				order[i] = i
+			}
+			rng := rand.New(rand.NewPCG(3, 4))
+			for w := 0; w < total; w += 160 {
+				window := order[w:min(w+160, total)]
+				rng.Shuffle(len(window), func(a, b int) { window[a], window[b] = window[b], window[a] })
+			}
+			var mu sync.Mutex
+			accepted := map[string]int{}
+			post := func(i, first int) {
+				body, _, _ := event(i)
+				for k := range len(reps) {
+					r := reps[(first+k)%len(reps)]
+					resp, err := http.Post("http://"+r.public+"/hooks/stripe", "application/json", strings.NewReader(body))
+					if err != nil {
+						continue
 					}
+					decision := resp.Header.Get("Webhook-Decision")
+					resp.Body.Close()
+					if resp.StatusCode/100 != 2 {
+						continue
+					}
+					if decision == "accepted" {
+						mu.Lock()
+						accepted[fmt.Sprint("evt_", i)]++
+						mu.Unlock()
+					}
+					return
+				}
+			}
+			send := func(at func(sent int)) {
+				work := make(chan int)
+				var wg sync.WaitGroup
+				for range 12 {
+					wg.Go(func() {
+						for n := range work {
+							post(order[n], n%len(reps))
+							if n%5 == 0 { // a redelivery, to another replica where there is one
+								post(order[n], (n+1)%len(reps))
+							}
+						}
+					})
+				}
+				for n := range total {
+					at(n)
+					work <- n
+				}
+				close(work)
+				wg.Wait()
+			}
+			victim := reps[len(reps)-1]
+			send(func(sent int) {
+				switch sent {
+				case total / 3:
+					victim.p.kill()
+				case total / 2:
+					victim.p = startBinary(t, victim.config, victim.public)
 				}
 			})
-		}
-		for n := range total {
-			at(n)
-			work <- n
-		}
-		close(work)
-		wg.Wait()
-	}
+			send(func(int) {}) // the provider sends again what got no 2xx, and more
 
-	victim := reps[len(reps)-1]
-	send(func(sent int) {
-		switch sent {
-		case total / 3:
-			victim.p.kill() // mid-load, with requests and claims in flight
-		case total / 2:
-			victim.p = startBinary(t, victim.config, victim.public)
-		}
-	})
-	// The provider sends again whatever it got no 2xx for, and more.
-	send(func(int) {})
-
-	c := &client{t: t, public: reps[0].public, admin: reps[0].admin}
-	want := map[string]map[string]bool{"billing": {}, "analytics": {}, "audit": {}}
-	for i := range total {
-		e := newRouteEvent(i)
-		status, r := c.adminCall(http.MethodGet, "/admin/receipts/events/"+e.id)
-		if status != 200 {
-			t.Fatalf("receipt %s: %d %v", e.id, status, r)
-		}
-		if r["decision"] != "accepted" {
-			continue
-		}
-		var routes []string
-		list, _ := r["routes"].([]any)
-		for _, rs := range list {
-			routes = append(routes, rs.(map[string]any)["route"].(string))
-		}
-		if !slices.Equal(routes, e.routes()) {
-			t.Errorf("%s (%s, %s) was routed to %v, want %v", e.id, e.typ, e.account, routes, e.routes())
-		}
-		for _, route := range e.routes() {
-			want[route][e.id] = true
-		}
-	}
-
-	// The working routes drain while audit's service still fails.
-	deadline := time.Now().Add(90 * time.Second)
-	for _, route := range []string{"billing", "analytics"} {
-		for len(c.items("/admin/outbox?source=events&route="+route)) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("route %s's outbox still holds %d entries", route, len(c.items("/admin/outbox?source=events&route="+route)))
+			c := &client{t: t, public: reps[0].public, admin: reps[0].admin}
+			drained := func(route string) func() bool {
+				return func() bool { return len(c.items("/admin/outbox?source=stripe&route="+route)) == 0 }
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		downs[route].check(want[route])
-	}
-	if dead := c.items("/admin/deadletters"); len(dead) > 0 {
-		t.Fatalf("%d dead letters while no route reached max_attempts: %v", len(dead), dead[0])
-	}
-	if n := len(c.items("/admin/outbox?source=events&route=audit")); n != len(want["audit"]) {
-		t.Errorf("audit's outbox holds %d entries, want one per accepted acct_1 event (%d)", n, len(want["audit"]))
-	}
+			// A killed replica's claims end after their lease (timeout + 30s).
+			waitLong(t, "billing's and analytics' outboxes drained", func() bool { return drained("billing")() && drained("analytics")() })
+			if n := len(c.items("/admin/deadletters?source=stripe")); n != 0 {
+				t.Fatalf("%d dead letters while audit's downstream fails, want none before max_attempts", n)
+			}
+			if len(c.items("/admin/outbox?source=stripe&route=audit")) == 0 {
+				t.Fatal("audit's outbox is empty while its downstream fails")
+			}
 
-	downs["audit"].failing.Store(false)
-	for len(c.items("/admin/outbox")) > 0 {
+			// Every request was decided once; what each route must have got.
+			want := map[string]map[string]bool{"billing": {}, "analytics": {}, "audit": {}}
+			for i := range total {
+				id := fmt.Sprint("evt_", i)
+				status, r := c.adminCall(http.MethodGet, "/admin/receipts/stripe/"+url.PathEscape(id))
+				if status != 200 {
+					t.Fatalf("receipt %s: %d %v", id, status, r)
+				}
+				if accepted[id] > 1 {
+					t.Errorf("%s accepted %d times", id, accepted[id])
+				}
+				if r["decision"] != "accepted" {
+					if accepted[id] > 0 {
+						t.Errorf("%s was answered accepted, its receipt says %v", id, r["decision"])
+					}
+					continue
+				}
+				_, invoice, audited := event(i)
+				routes := []string{"analytics"}
+				if invoice {
+					routes = append([]string{"billing"}, routes...)
+				}
+				if audited {
+					routes = append(routes, "audit")
+				}
+				var got []string
+				list, _ := r["routes"].([]any)
+				for _, rs := range list {
+					got = append(got, fmt.Sprint(rs.(map[string]any)["route"]))
+				}
+				if !slices.Equal(got, routes) {
+					t.Errorf("%s's receipt names routes %v, want %v", id, got, routes)
+				}
+				for _, route := range routes {
+					want[route][id] = true
+				}
+			}
+			check := func(route string, rec *recorder) {
+				t.Helper()
+				rec.mu.Lock()
+				for key := range rec.keys {
+					if !want[route][key] {
+						t.Errorf("%s got %s, which its filter does not select or which was not accepted", route, key)
+					}
+				}
+				for key := range want[route] {
+					if rec.keys[key] == 0 {
+						t.Errorf("%s never got %s", route, key)
+					}
+				}
+				rec.mu.Unlock()
+				t.Logf("%s: %d selected, %d requests", route, len(want[route]), rec.checkOrder(t))
+			}
+			check("billing", billingRec)
+			check("analytics", analyticsRec)
+
+			auditUp.Store(true)
+			waitLong(t, "audit's outbox drained", drained("audit"))
+			check("audit", auditRec)
+		})
+	}
+}
+
+// routeRecorder is route's downstream: a recorder that fails the test on
+// a request naming another route, and answers 503 while up is false (up
+// nil: always up).
+func routeRecorder(t *testing.T, route string, up *atomic.Bool) (*recorder, *httptest.Server) {
+	rec := &recorder{keys: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got := r.Header.Get("Webhook-Route"); got != route {
+			t.Errorf("%s's downstream got a request for route %q", route, got)
+		}
+		if up != nil && !up.Load() {
+			io.Copy(io.Discard, r.Body)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		rec.serve(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return rec, srv
+}
+
+// waitLong waits for cond for up to 90 s: long enough for a killed
+// replica's claims to end.
+func waitLong(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the outbox still holds %d entries after audit's service recovered", len(c.items("/admin/outbox")))
+			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	downs["audit"].check(want["audit"])
 }
