@@ -459,7 +459,7 @@ func (c *Console) handleDiscard(fc *fiber.Ctx) error {
 // version.
 func (c *Console) discarding(ctx context.Context, target forward.Target, id string) (*discardConfirm, error) {
 	if target.Source == "" || target.Route == "" {
-		return nil, webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, id)
+		return nil, webhookd.Errorf(webhookd.EINVALID, "a dead letter is named by its source, route and request ID")
 	}
 	dead, err := c.records.DeadLetters(ctx, target)
 	if err != nil {
