@@ -53,6 +53,28 @@ func (s *Server) knownSource(name string) error {
 	return &webhookd.Error{Code: webhookd.ENOTFOUND, Field: "source", Message: fmt.Sprintf("unknown source %q: %s", name, s.sourceNames)}
 }
 
+// knownRoute refuses a route that source (a configured one) does not
+// have, for the reason knownSource refuses a source: a route removed from
+// the configuration is unknown too, though its entries and dead letters
+// stay in the store.
+func (s *Server) knownRoute(source, route string) error {
+	src := s.sources[source]
+	for _, r := range src.routes {
+		if r.name == route {
+			return nil
+		}
+	}
+	names := make([]string, len(src.routes))
+	for i, r := range src.routes {
+		names[i] = r.name
+	}
+	has := "it has no routes"
+	if len(names) > 0 {
+		has = "its routes are " + strings.Join(names, ", ")
+	}
+	return &webhookd.Error{Code: webhookd.ENOTFOUND, Field: "route", Message: fmt.Sprintf("unknown route %q of source %s: %s", route, source, has)}
+}
+
 // namesOf says which sources are configured, for knownSource's message:
 // all of them, sorted, when they fit on a line, or how many there are.
 func namesOf(sources map[string]*source) string {
@@ -77,6 +99,18 @@ func (s *Server) requestParams(c *fiber.Ctx) (source, requestID string, err erro
 		requestID, err = param(c, "request_id")
 	}
 	return source, requestID, err
+}
+
+// deadLetterParams returns the target and request ID a dead letter's path
+// names.
+func (s *Server) deadLetterParams(c *fiber.Ctx) (target forward.Target, requestID string, err error) {
+	if target.Source, requestID, err = s.requestParams(c); err != nil {
+		return target, "", err
+	}
+	if target.Route, err = param(c, "route"); err != nil {
+		return target, "", err
+	}
+	return target, requestID, s.knownRoute(target.Source, target.Route)
 }
 
 // sourceParam returns the configured source a path names.
@@ -120,6 +154,7 @@ func (s *Server) handleGetResource(c *fiber.Ctx) error {
 // without the body and the passed-through headers, which may be sensitive.
 type entryView struct {
 	Source        string     `json:"source"`
+	Route         string     `json:"route"`
 	RequestID     string     `json:"request_id"`
 	Resource      string     `json:"resource,omitempty"`
 	Version       string     `json:"version,omitempty"`
@@ -131,23 +166,32 @@ type entryView struct {
 	DeadAt        *time.Time `json:"dead_at,omitempty"`
 }
 
-// listEntries answers a list of entries, of every source or of the one
-// ?source= names.
-func (s *Server) listEntries(c *fiber.Ctx, list func(ctx context.Context, source string) ([]forward.Entry, error)) error {
-	source := strings.Clone(c.Query("source"))
-	if source != "" {
-		if err := s.knownSource(source); err != nil {
+// listEntries answers a list of entries, of every source, of the one
+// ?source= names, or of its one route ?route= names.
+func (s *Server) listEntries(c *fiber.Ctx, list func(ctx context.Context, target forward.Target) ([]forward.Entry, error)) error {
+	target := forward.Target{Source: strings.Clone(c.Query("source")), Route: strings.Clone(c.Query("route"))}
+	switch {
+	case target.Source != "":
+		if err := s.knownSource(target.Source); err != nil {
 			return err
 		}
+		if target.Route != "" {
+			if err := s.knownRoute(target.Source, target.Route); err != nil {
+				return err
+			}
+		}
+	case target.Route != "":
+		// Route names are unique in their source only.
+		return webhookd.FieldErrorf("route", "route= names a route of the source that source= names: give both")
 	}
-	entries, err := list(c.UserContext(), source)
+	entries, err := list(c.UserContext(), target)
 	if err != nil {
 		return err
 	}
 	items := make([]entryView, len(entries))
 	for i, e := range entries {
 		items[i] = entryView{
-			Source: e.Source, RequestID: e.RequestID, Resource: e.Resource, Version: e.Version,
+			Source: e.Source, Route: e.Route, RequestID: e.RequestID, Resource: e.Resource, Version: e.Version,
 			CreatedAt: e.CreatedAt, Attempts: e.Attempts, LastStatus: e.LastStatus, LastError: e.LastError, DeadAt: e.DeadAt,
 		}
 		if e.DeadAt == nil {
@@ -162,26 +206,46 @@ func (s *Server) handleListDeadLetters(c *fiber.Ctx) error {
 	return s.listEntries(c, s.records.DeadLetters)
 }
 
-// act runs one repair on the request a path names and answers what it did.
-func (s *Server) act(c *fiber.Ctx, status int, did string, fn func(ctx context.Context, source, requestID string) error) error {
+// repair runs one repair of a dead letter, on the target and request a
+// path names, and answers what it did.
+func (s *Server) repair(c *fiber.Ctx, status int, did webhookd.ForwardState, fn func(ctx context.Context, target forward.Target, requestID string) error) error {
+	target, requestID, err := s.deadLetterParams(c)
+	if err != nil {
+		return err
+	}
+	if err := fn(c.UserContext(), target, requestID); err != nil {
+		return err
+	}
+	return c.Status(status).JSON(fiber.Map{"source": target.Source, "route": target.Route, "request_id": requestID, "forward": did})
+}
+
+// handleRedeliver forwards a request again to the route ?route= names or,
+// without one, to every route forward.Redeliverable allows.
+func (s *Server) handleRedeliver(c *fiber.Ctx) error {
 	source, requestID, err := s.requestParams(c)
 	if err != nil {
 		return err
 	}
-	if err := fn(c.UserContext(), source, requestID); err != nil {
+	route := strings.Clone(c.Query("route"))
+	if route != "" {
+		if err := s.knownRoute(source, route); err != nil {
+			return err
+		}
+	}
+	if err := s.records.Redeliver(c.UserContext(), source, requestID, route); err != nil {
 		return err
 	}
-	return c.Status(status).JSON(fiber.Map{"source": source, "request_id": requestID, "forward": did})
-}
-
-func (s *Server) handleRedeliver(c *fiber.Ctx) error {
-	return s.act(c, fiber.StatusAccepted, string(webhookd.ForwardPending), s.records.Redeliver)
+	answer := fiber.Map{"source": source, "request_id": requestID, "forward": webhookd.ForwardPending}
+	if route != "" {
+		answer["route"] = route
+	}
+	return c.Status(fiber.StatusAccepted).JSON(answer)
 }
 
 func (s *Server) handleRetryDeadLetter(c *fiber.Ctx) error {
-	return s.act(c, fiber.StatusAccepted, string(webhookd.ForwardPending), s.records.RetryDeadLetter)
+	return s.repair(c, fiber.StatusAccepted, webhookd.ForwardPending, s.records.RetryDeadLetter)
 }
 
 func (s *Server) handleDiscardDeadLetter(c *fiber.Ctx) error {
-	return s.act(c, fiber.StatusOK, string(webhookd.ForwardDiscarded), s.records.DiscardDeadLetter)
+	return s.repair(c, fiber.StatusOK, webhookd.ForwardDiscarded, s.records.DiscardDeadLetter)
 }

@@ -171,8 +171,8 @@ func NewServer(cfg *configs.Config, decider Decider, records storage.Records, lo
 	s.admin.Post("/admin/receipts/:source/:request_id/redeliver", s.handleRedeliver)
 	s.admin.Get("/admin/outbox", s.handleListOutbox)
 	s.admin.Get("/admin/deadletters", s.handleListDeadLetters)
-	s.admin.Post("/admin/deadletters/:source/:request_id/retry", s.handleRetryDeadLetter)
-	s.admin.Delete("/admin/deadletters/:source/:request_id", s.handleDiscardDeadLetter)
+	s.admin.Post("/admin/deadletters/:source/:route/:request_id/retry", s.handleRetryDeadLetter)
+	s.admin.Delete("/admin/deadletters/:source/:route/:request_id", s.handleDiscardDeadLetter)
 	// Go's profiler, behind the token: how a slowdown is investigated, in a
 	// benchmark or in production (docs/performance.md).
 	s.admin.Get("/debug/pprof/profile", adaptor.HTTPHandlerFunc(pprof.Profile))

@@ -175,7 +175,7 @@ func TestRetriesWithNewDeliveryIDs(t *testing.T) {
 			t.Errorf("deliveries[%d].delivery_id = %v", i, id)
 		}
 	}
-	for _, key := range []string{"source", "request_id", "resource", "version", "reason", "duplicate_decision", "ordering_decision", "payload_sha256", "first_seen", "last_seen", "forward", "residual_risk"} {
+	for _, key := range []string{"source", "request_id", "resource", "version", "reason", "duplicate_decision", "ordering_decision", "payload_sha256", "first_seen", "last_seen", "residual_risk"} {
 		if _, ok := rec.body[key]; !ok {
 			t.Errorf("receipt lacks %s", key)
 		}
@@ -590,8 +590,8 @@ func TestAdminRefusesAnUnknownSource(t *testing.T) {
 		{http.MethodPost, "/admin/receipts/biling/req-1/redeliver"},
 		{http.MethodGet, "/admin/outbox?source=biling"},
 		{http.MethodGet, "/admin/deadletters?source=biling"},
-		{http.MethodPost, "/admin/deadletters/biling/req-1/retry"},
-		{http.MethodDelete, "/admin/deadletters/biling/req-1"},
+		{http.MethodPost, "/admin/deadletters/biling/default/req-1/retry"},
+		{http.MethodDelete, "/admin/deadletters/biling/default/req-1"},
 	} {
 		req := httptest.NewRequest(call.method, call.path, nil)
 		req.Header.Set("Authorization", "Bearer t0ken")

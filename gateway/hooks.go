@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -14,6 +17,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
+	"github.com/webhookd/webhookd/filter"
 	"github.com/webhookd/webhookd/internal/jsonenc"
 	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/signature"
@@ -102,6 +106,22 @@ type source struct {
 	needsJSON                                bool
 	verifier                                 signature.Verifier
 	slack                                    bool // answers Slack's url_verification and app_rate_limited
+	routes                                   []route
+	// everyRoute names every route, in configuration order, when none
+	// has a filter: every delivery then goes to all of them, and intake
+	// hands this slice to each, read only, rather than build one.
+	// everyPass is then their pass_headers, each name once.
+	everyRoute, everyPass []string
+}
+
+// route is a configured route, compiled for the request path.
+type route struct {
+	name  string
+	match *filter.Filter // nil selects every delivery
+	// pass is the route's pass_headers as http.CanonicalHeaderKey spells
+	// them: the keys of a delivery's Headers, which the forwarder reads
+	// back the same way.
+	pass []string
 }
 
 func compileSource(cfg *configs.Source) (*source, error) {
@@ -136,6 +156,26 @@ func compileSource(cfg *configs.Source) (*source, error) {
 		src.exclude = append(src.exclude, jsonPath(p))
 	}
 	src.needsJSON = len(src.fields.nodes) > 0
+	filtered := false
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		rt := route{name: r.Name, match: r.Match}
+		for _, name := range r.PassHeaders {
+			rt.pass = append(rt.pass, http.CanonicalHeaderKey(name))
+		}
+		src.routes = append(src.routes, rt)
+		filtered = filtered || r.Match != nil
+	}
+	if !filtered {
+		for _, r := range src.routes {
+			src.everyRoute = append(src.everyRoute, r.name)
+			for _, name := range r.pass {
+				if !slices.Contains(src.everyPass, name) {
+					src.everyPass = append(src.everyPass, name)
+				}
+			}
+		}
+	}
 	return src, errors.Join(errs...)
 }
 
@@ -393,13 +433,50 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 	if d.Fingerprint, err = dedupe.Fingerprint(body, src.exclude); err != nil {
 		return d, webhookd.FieldErrorf("body", "cannot fingerprint body: %v", err)
 	}
-	if src.Forward != nil {
+	if len(src.routes) > 0 {
 		d.Forward = true
+		d.Routes, d.Headers = src.selectRoutes(c, &d, body)
 		d.Body = body // read only while Decide runs, inside this handler
 		d.ContentType = strings.Clone(c.Get(fiber.HeaderContentType))
-		d.Headers = passHeaders(c, src.Forward.PassHeaders)
 	}
 	return d, nil
+}
+
+// selectRoutes returns the names of the routes whose filter selects d, in
+// configuration order, and the request's headers that any of them passes
+// through. Filters run on every delivery parsed, before the decision; only
+// an accepted delivery's routes are written. The names are the
+// configuration's strings and the headers copies: both outlive the
+// request.
+func (src *source) selectRoutes(c *fiber.Ctx, d *webhookd.Delivery, body []byte) (names []string, headers map[string]string) {
+	if src.everyRoute != nil {
+		return src.everyRoute, passHeaders(c, src.everyPass, nil)
+	}
+	in := filter.Input{Body: body, Header: requestHeader(c), RequestID: d.RequestID, Resource: d.Resource, Version: d.Version}
+	for _, r := range src.routes {
+		if r.match == nil || r.match.Match(&in) {
+			names = append(names, r.name)
+			headers = passHeaders(c, r.pass, headers)
+		}
+	}
+	return names, headers
+}
+
+// requestHeader is a filter's view of c's request headers: name is lower
+// case, as HTTP names are case-insensitive; a header sent on several lines
+// reads as their values joined by ", " (RFC 9110, 5.3). The value is a
+// copy, so a filter may keep it.
+func requestHeader(c *fiber.Ctx) func(name string) (string, bool) {
+	return func(name string) (string, bool) {
+		values := c.Request().Header.PeekAll(name)
+		switch len(values) {
+		case 0:
+			return "", false
+		case 1:
+			return string(values[0]), true
+		}
+		return string(bytes.Join(values, []byte(", "))), true
+	}
 }
 
 // fiberHeaders lets package signature read Fiber's request headers.
@@ -417,10 +494,15 @@ func unauthorized(err error) error {
 	return &webhookd.Error{Code: webhookd.EUNAUTHORIZED, Message: se.Error(), Field: se.Header, Reason: string(se.Reason)}
 }
 
-// passHeaders copies the configured headers the request carries.
-func passHeaders(c *fiber.Ctx, names []string) map[string]string {
-	var h map[string]string
+// passHeaders adds to h, and returns, the headers names the request
+// carries. A delivery holds one set of headers for the entries of all its
+// routes, those any of them passes through; the forwarder sends each
+// route only those its own pass_headers names.
+func passHeaders(c *fiber.Ctx, names []string, h map[string]string) map[string]string {
 	for _, name := range names {
+		if _, ok := h[name]; ok {
+			continue
+		}
 		if v := c.Get(name); v != "" {
 			if h == nil {
 				h = make(map[string]string, len(names))

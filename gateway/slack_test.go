@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/recording"
 )
 
@@ -52,7 +53,7 @@ func TestSlackHandshakeWritesNothing(t *testing.T) {
 sources:
   - name: slack
     verify: { scheme: slack, secrets: ["`+newSecret+`"] }
-    forward: { url: "http://127.0.0.1:9/" }
+    routes: [{ url: "http://127.0.0.1:9/" }]
 `, func(d Decider) Decider { counter.Decider = d; return counter })
 	rec := &memRecorder{}
 	f.server.Recorders = map[string]Recorder{"slack": rec}
@@ -107,7 +108,7 @@ sources:
 	if n := counter.calls.Load(); n != 0 {
 		t.Errorf("%d decisions asked of the store, want none", n)
 	}
-	if entries, err := f.store.Outbox(context.Background(), ""); err != nil || len(entries) != 0 {
+	if entries, err := f.store.Outbox(context.Background(), forward.Target{}); err != nil || len(entries) != 0 {
 		t.Errorf("outbox = %v, %v; want empty", entries, err)
 	}
 	rec.mu.Lock()

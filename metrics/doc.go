@@ -4,5 +4,6 @@
 //
 // Every label takes a bounded set of values: sources come from the
 // configuration (requests for unknown sources count as source="unknown"),
-// decisions, reasons and results are fixed lists.
+// and so do routes (a route removed from it keeps a series only while the
+// store holds its entries); decisions, reasons and results are fixed lists.
 package metrics

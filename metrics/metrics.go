@@ -9,17 +9,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
 )
 
 // Gauges are read when Prometheus scrapes, so they are never stale.
 type Gauges struct {
-	// Sources are the configured sources: each gets a series, zero or not,
-	// so that an alert on growth has a series to watch from the start.
-	Sources []string
-	// OutboxPending returns the entries waiting to be forwarded, by source.
-	OutboxPending func() (map[string]int, error)
-	// DeadLetters returns the dead letters, by source.
-	DeadLetters func() (map[string]int, error)
+	// Routes are the configured routes of every source: each gets a
+	// series, zero or not, so that an alert on growth has a series to
+	// watch from the start.
+	Routes []forward.Target
+	// OutboxPending returns the entries waiting to be forwarded, by route.
+	OutboxPending func() (map[forward.Target]int, error)
+	// DeadLetters returns the dead letters, by route.
+	DeadLetters func() (map[forward.Target]int, error)
 	// StoreSizes returns the Badger LSM tree and value log sizes in bytes.
 	// It and Disk are nil when the backend is not Badger, and their gauges
 	// are left out.
@@ -68,13 +70,13 @@ func New(g Gauges) *Metrics {
 		}, []string{"source"}),
 		forwardAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "webhookd_forward_attempts_total",
-			Help: "Forward attempts, by source and result (delivered, retry, dead).",
-		}, []string{"source", "result"}),
+			Help: "Forward attempts, by source, route and result (delivered, retry, dead).",
+		}, []string{"source", "route", "result"}),
 		forwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "webhookd_forward_duration_seconds",
-			Help:    "Duration of forward attempts to the downstream, by source.",
+			Help:    "Duration of forward attempts to the downstream, by source and route.",
 			Buckets: prometheus.DefBuckets,
-		}, []string{"source"}),
+		}, []string{"source", "route"}),
 	}
 	m.registry.MustRegister(
 		m.deliveries, m.rejections, m.intake, m.forwardAttempts, m.forwardDuration,
@@ -105,15 +107,15 @@ func (m *Metrics) Answered(source string, took time.Duration) {
 	m.intake.WithLabelValues(source).Observe(took.Seconds())
 }
 
-// Attempted counts one forward attempt.
-func (m *Metrics) Attempted(source, result string, took time.Duration) {
-	m.forwardAttempts.WithLabelValues(source, result).Inc()
-	m.forwardDuration.WithLabelValues(source).Observe(took.Seconds())
+// Attempted counts one forward attempt to target.
+func (m *Metrics) Attempted(target forward.Target, result string, took time.Duration) {
+	m.forwardAttempts.WithLabelValues(target.Source, target.Route, result).Inc()
+	m.forwardDuration.WithLabelValues(target.Source, target.Route).Observe(took.Seconds())
 }
 
 var (
-	pendingDesc = prometheus.NewDesc("webhookd_outbox_pending", "Accepted deliveries waiting to be forwarded, by source.", []string{"source"}, nil)
-	deadDesc    = prometheus.NewDesc("webhookd_dead_letters", "Dead letters waiting for an operator, by source.", []string{"source"}, nil)
+	pendingDesc = prometheus.NewDesc("webhookd_outbox_pending", "Accepted deliveries waiting to be forwarded, by source and route.", []string{"source", "route"}, nil)
+	deadDesc    = prometheus.NewDesc("webhookd_dead_letters", "Dead letters waiting for an operator, by source and route.", []string{"source", "route"}, nil)
 	lsmDesc     = prometheus.NewDesc("webhookd_badger_lsm_bytes", "Size of Badger's LSM tree on disk.", nil, nil)
 	vlogDesc    = prometheus.NewDesc("webhookd_badger_vlog_bytes", "Size of Badger's value log on disk.", nil, nil)
 	freeDesc    = prometheus.NewDesc("webhookd_disk_free_bytes", "Free space of the data directory's filesystem.", nil, nil)
@@ -143,10 +145,10 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	// make the whole scrape a 500, counters included, just when
 	// rejections_total{reason="unavailable"} is what an alert needs.
 	if pending, err := g.OutboxPending(); err == nil {
-		g.perSource(ch, pendingDesc, pending)
+		g.perRoute(ch, pendingDesc, pending)
 	}
 	if dead, err := g.DeadLetters(); err == nil {
-		g.perSource(ch, deadDesc, dead)
+		g.perRoute(ch, deadDesc, dead)
 	}
 	if g.StoreSizes == nil { // not Badger: the disk is the database's to watch
 		return
@@ -166,14 +168,15 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lowsDesc, prometheus.CounterValue, float64(d.Lows))
 }
 
-// perSource sends one series per source in counts or in g.Sources.
-func (g gauges) perSource(ch chan<- prometheus.Metric, desc *prometheus.Desc, counts map[string]int) {
-	for _, source := range g.Sources {
-		if _, ok := counts[source]; !ok {
-			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, 0, source)
+// perRoute sends one series per route in counts or in g.Routes; a route
+// removed from the configuration has one while it has entries.
+func (g gauges) perRoute(ch chan<- prometheus.Metric, desc *prometheus.Desc, counts map[forward.Target]int) {
+	for _, t := range g.Routes {
+		if _, ok := counts[t]; !ok {
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, 0, t.Source, t.Route)
 		}
 	}
-	for source, n := range counts {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(n), source)
+	for t, n := range counts {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(n), t.Source, t.Route)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/console"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/postgres"
 	"github.com/webhookd/webhookd/storage"
@@ -16,16 +17,19 @@ import (
 // and the console's overview.
 type attempts []sender.Metrics
 
-func (a attempts) Attempted(source, result string, took time.Duration) {
+func (a attempts) Attempted(target forward.Target, result string, took time.Duration) {
 	for _, m := range a {
-		m.Attempted(source, result, took)
+		m.Attempted(target, result, took)
 	}
 }
 
 func consoleSources(cfg *configs.Config) []console.Source {
 	sources := make([]console.Source, len(cfg.Sources))
 	for i, s := range cfg.Sources {
-		sources[i] = console.Source{Name: s.Name, Forwards: s.Forward != nil}
+		sources[i] = console.Source{Name: s.Name}
+		for _, r := range s.Routes {
+			sources[i].Routes = append(sources[i].Routes, r.Name)
+		}
 	}
 	return sources
 }

@@ -47,7 +47,7 @@ admin: { listen: 127.0.0.1:0, token: %q }
 sources:
   - name: github
     verify: { scheme: github, secrets: [%q] }
-    forward: { url: %q, pass_headers: [X-GitHub-Event] }
+    routes: [{ url: %q, pass_headers: [X-GitHub-Event] }]
 `, t.TempDir(), adminToken, secret, downstream.URL))
 	defer m.Close(context.Background())
 
@@ -104,7 +104,7 @@ sources:
 	mu.Unlock()
 	for delivery := range bodies {
 		status, r := c.adminCall(http.MethodGet, "/admin/receipts/github/"+delivery)
-		if forward, _ := r["forward"].(map[string]any); status != 200 || forward["state"] != "delivered" {
+		if status != 200 || forwardState(r, "default") != "delivered" {
 			t.Errorf("receipt of %s: %d %v, want delivered", delivery, status, r)
 		}
 	}

@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -233,14 +235,11 @@ func (m *Main) start(ctx context.Context, ls *gateway.Listeners) error {
 		return err
 	}
 	m.Store = b
-	m.Forwarder = sender.New(m.Store, routes(m.Config), m.Logger.Named("forward"))
-	var sources []string
-	for _, s := range m.Config.Sources {
-		sources = append(sources, s.Name)
-	}
+	rs := routes(m.Config)
+	m.Forwarder = sender.New(m.Store, rs, m.Logger.Named("forward"))
 	gauges := metrics.Gauges{
-		Sources:       sources,
-		OutboxPending: func() (map[string]int, error) { return m.Store.Pending(context.Background()) },
+		Routes:        slices.Collect(maps.Keys(rs)),
+		OutboxPending: func() (map[forward.Target]int, error) { return m.Store.Pending(context.Background()) },
 		DeadLetters:   m.Store.DeadLetterCounts,
 	}
 	m.Console = console.New(m.Config.Admin.Token, consoleSources(m.Config), m.Config.ReceiptTTL, m.Store, m.Logger.Named("console"))
@@ -361,26 +360,25 @@ func fileOf(r *configs.Record) string {
 	}
 }
 
-// routes turns each forwarding source's configuration into a route.
-func routes(cfg *configs.Config) map[string]sender.Route {
-	rs := make(map[string]sender.Route)
+// routes turns each route of each source into the forwarder's route.
+func routes(cfg *configs.Config) map[forward.Target]sender.Route {
+	rs := make(map[forward.Target]sender.Route)
 	for _, s := range cfg.Sources {
-		f := s.Forward
-		if f == nil {
-			continue
+		for _, f := range s.Routes {
+			r := sender.Route{
+				URL:         f.URL,
+				Timeout:     f.Timeout,
+				Concurrency: f.Concurrency,
+				Policy:      forward.RetryPolicy{MaxAttempts: f.MaxAttempts, Initial: f.Backoff.Initial, Max: f.Backoff.Max},
+				Supersede:   f.Supersede,
+				Headers:     f.Headers,
+				PassHeaders: f.PassHeaders,
+			}
+			if f.Sign != nil {
+				r.SignSecret = f.Sign.Secret
+			}
+			rs[forward.Target{Source: s.Name, Route: f.Name}] = r
 		}
-		r := sender.Route{
-			URL:         f.URL,
-			Timeout:     f.Timeout,
-			Concurrency: f.Concurrency,
-			Policy:      forward.RetryPolicy{MaxAttempts: f.MaxAttempts, Initial: f.Backoff.Initial, Max: f.Backoff.Max},
-			Supersede:   f.Supersede,
-			Headers:     f.Headers,
-		}
-		if f.Sign != nil {
-			r.SignSecret = f.Sign.Secret
-		}
-		rs[s.Name] = r
 	}
 	return rs
 }

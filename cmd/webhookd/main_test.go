@@ -85,11 +85,11 @@ sources:
     request_id: json:request_id
     resource: json:object.id
     version: json:object.version
-    forward:
-      url: %q
-      max_attempts: 1000
-      backoff: { initial: 10ms, max: 100ms }
-      pass_headers: [X-Request-Id]
+    routes:
+      - url: %q
+        max_attempts: 1000
+        backoff: { initial: 10ms, max: 100ms }
+        pass_headers: [X-Request-Id]
   - name: audit
     request_id: header:Idempotency-Key
 `, listen, dataDir, adminListen, adminToken, url)
@@ -152,6 +152,18 @@ func (r *recorder) checkOrder(t *testing.T) int {
 	return len(r.seen)
 }
 
+// forwardState returns the state of route in a receipt as the admin API
+// answers it, or nil when the receipt names no such route.
+func forwardState(receipt map[string]any, route string) any {
+	routes, _ := receipt["routes"].([]any)
+	for _, r := range routes {
+		if r := r.(map[string]any); r["route"] == route {
+			return r["state"]
+		}
+	}
+	return nil
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
@@ -194,7 +206,7 @@ func TestEndToEndOverLoopback(t *testing.T) {
 	}
 	waitFor(t, "empty outbox", func() bool { return len(c.items("/admin/outbox")) == 0 })
 	status, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/req-4401")
-	if status != 200 || r["forward"].(map[string]any)["state"] != "delivered" || r["attempts"] != 3.0 {
+	if status != 200 || forwardState(r, "default") != "delivered" || r["attempts"] != 3.0 {
 		t.Errorf("receipt = %d %v", status, r)
 	}
 	if status, _ := c.adminCall(http.MethodPost, "/admin/receipts/billing/req-4401/redeliver"); status != 202 {
@@ -204,17 +216,17 @@ func TestEndToEndOverLoopback(t *testing.T) {
 	if status, body := c.adminCall(http.MethodPost, "/admin/receipts/billing/req-4402/redeliver"); status != 409 {
 		t.Errorf("redeliver a stale request: %d %v, want 409", status, body)
 	}
-	if status, _ := c.adminCall(http.MethodPost, "/admin/deadletters/billing/req-4401/retry"); status != 404 {
+	if status, _ := c.adminCall(http.MethodPost, "/admin/deadletters/billing/default/req-4401/retry"); status != 404 {
 		t.Errorf("retry of a request that is no dead letter: %d, want 404", status)
 	}
 
-	// An unforwarded source records decisions only.
+	// A source without routes records decisions only.
 	status, body := c.send(http.MethodPost, "http://"+c.public+"/hooks/audit", `{}`, map[string]string{"Idempotency-Key": "a-1"})
 	if status != 202 || body["decision"] != "accepted" {
 		t.Errorf("audit: %d %v", status, body)
 	}
-	if _, r := c.adminCall(http.MethodGet, "/admin/receipts/audit/a-1"); r["forward"].(map[string]any)["state"] != "none" {
-		t.Errorf("audit receipt forward = %v", r["forward"])
+	if _, r := c.adminCall(http.MethodGet, "/admin/receipts/audit/a-1"); r["routes"] != nil || r["unrouted"] != nil {
+		t.Errorf("audit receipt routes = %v, unrouted = %v; want neither", r["routes"], r["unrouted"])
 	}
 
 	// Everything survives a restart on the same data directory.
@@ -251,7 +263,7 @@ func TestDeadLetterWorkflow(t *testing.T) {
 	c.post("billing", billing("req-2", "sub_2", 1))
 	waitFor(t, "dead letters", func() bool { return len(c.items("/admin/deadletters?source=billing")) == 2 })
 	dl := c.items("/admin/deadletters")[0].(map[string]any)
-	for _, k := range []string{"request_id", "resource", "version", "attempts", "last_status", "last_error", "dead_at"} {
+	for _, k := range []string{"request_id", "route", "resource", "version", "attempts", "last_status", "last_error", "dead_at"} {
 		if _, ok := dl[k]; !ok {
 			t.Errorf("dead letter lacks %s: %v", k, dl)
 		}
@@ -262,15 +274,15 @@ func TestDeadLetterWorkflow(t *testing.T) {
 	fail.Lock()
 	failing = false
 	fail.Unlock()
-	if status, _ := c.adminCall(http.MethodPost, "/admin/deadletters/billing/req-1/retry"); status != 202 {
+	if status, _ := c.adminCall(http.MethodPost, "/admin/deadletters/billing/default/req-1/retry"); status != 202 {
 		t.Fatalf("retry: %d", status)
 	}
-	if status, _ := c.adminCall(http.MethodDelete, "/admin/deadletters/billing/req-2"); status != 200 {
+	if status, _ := c.adminCall(http.MethodDelete, "/admin/deadletters/billing/default/req-2"); status != 200 {
 		t.Fatalf("discard: %d", status)
 	}
 	waitFor(t, "retried delivery", func() bool { _, ok := got.Load("req-1"); return ok })
-	if _, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/req-2"); r["forward"].(map[string]any)["state"] != "discarded" {
-		t.Errorf("discarded receipt says %v", r["forward"])
+	if _, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/req-2"); forwardState(r, "default") != "discarded" {
+		t.Errorf("discarded receipt says %v", r["routes"])
 	}
 	if n := len(c.items("/admin/deadletters")); n != 0 {
 		t.Errorf("%d dead letters left", n)

@@ -53,18 +53,21 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 		`webhookd_rejections_total{reason="unknown_source",source="unknown"} 2`,
 		`webhookd_intake_duration_seconds_count{source="billing"} 7`,
 		`webhookd_intake_duration_seconds_count{source="unknown"} 2`,
-		`webhookd_forward_attempts_total{result="retry",source="billing"} 1`,
-		`webhookd_forward_attempts_total{result="delivered",source="billing"} 2`,
-		`webhookd_forward_duration_seconds_count{source="billing"} 3`,
-		`webhookd_outbox_pending{source="billing"} 0`,
-		`webhookd_dead_letters{source="billing"} 0`,
-		`webhookd_dead_letters{source="audit"} 0`,
+		`webhookd_forward_attempts_total{result="retry",route="default",source="billing"} 1`,
+		`webhookd_forward_attempts_total{result="delivered",route="default",source="billing"} 2`,
+		`webhookd_forward_duration_seconds_count{route="default",source="billing"} 3`,
+		`webhookd_outbox_pending{route="default",source="billing"} 0`,
+		`webhookd_dead_letters{route="default",source="billing"} 0`,
 		`webhookd_disk_low 0`,
 		`webhookd_disk_low_total 0`,
 	} {
 		if !strings.Contains(exposition, line+"\n") {
 			t.Errorf("/metrics lacks %q in\n%s", line, exposition)
 		}
+	}
+	// A source without routes has no forwarding series.
+	if strings.Contains(exposition, `source="audit"`) {
+		t.Errorf("/metrics has series of audit, a source without routes:\n%s", exposition)
 	}
 	for _, name := range []string{"webhookd_badger_lsm_bytes", "webhookd_badger_vlog_bytes",
 		"webhookd_disk_free_bytes", "webhookd_disk_ballast_bytes", "webhookd_disk_reserve_bytes", "go_goroutines", "process_resident_memory_bytes"} {

@@ -42,7 +42,7 @@ func startSink(t *testing.T) *sink.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sink.NewServer(sink.Config{Listen: "127.0.0.1:0", VerifySecret: cfg.Sources[0].Forward.Sign.Secret}, io.Discard, zaptest.NewLogger(t))
+	s, err := sink.NewServer(sink.Config{Listen: "127.0.0.1:0", VerifySecret: cfg.Sources[0].Routes[0].Sign.Secret}, io.Discard, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +63,14 @@ func startRecordingsGateway(t *testing.T, down *sink.Server) *client {
 	}
 	cfg.Listen, cfg.Admin.Listen, cfg.Admin.Token, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", adminToken, t.TempDir()
 	for _, s := range cfg.Sources {
-		u, err := url.Parse(s.Forward.URL)
-		if err != nil {
-			t.Fatal(err)
+		for i := range s.Routes {
+			r := &s.Routes[i]
+			u, err := url.Parse(r.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.URL = down.URL() + u.Path
 		}
-		s.Forward.URL = down.URL() + u.Path
 	}
 	m := NewMain(cfg, zaptest.NewLogger(t))
 	if err := m.Run(context.Background()); err != nil {

@@ -19,7 +19,7 @@ import (
 func replicaConfig(t *testing.T, dsn, url, listen, adminListen string) string {
 	c := testConfig(t, "", url, listen, adminListen)
 	c = strings.Replace(c, "data_dir: \"\"\n", fmt.Sprintf("storage: { backend: postgres, dsn: %q }\n", dsn), 1)
-	return strings.Replace(c, "      max_attempts: 1000\n", "      max_attempts: 1000\n      timeout: 2s\n", 1)
+	return strings.Replace(c, "        max_attempts: 1000\n", "        max_attempts: 1000\n        timeout: 2s\n", 1)
 }
 
 // TestReplicasLoseNothingAcknowledged runs three webhookd processes on one

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/store"
 )
@@ -45,7 +46,7 @@ func BenchmarkForward(b *testing.B) {
 				d := webhookd.Delivery{
 					Source: "bench", RequestID: fmt.Sprint("req-", i), Fingerprint: fmt.Sprint(i), ReceivedAt: time.Now(),
 					Resource: fmt.Sprint("res-", i%1000), Version: fmt.Sprint(i), VersionOrder: uint64(i),
-					Forward: true, Body: []byte(body), ContentType: "application/json",
+					Forward: true, Routes: []string{defaultRoute}, Body: []byte(body), ContentType: "application/json",
 				}
 				if _, err := s.Decide(ctx, d); err != nil {
 					b.Error(err)
@@ -61,14 +62,14 @@ func BenchmarkForward(b *testing.B) {
 
 	r := route(down.URL)
 	r.Concurrency = 64
-	f := sender.New(s, map[string]sender.Route{"bench": r}, zap.NewNop())
+	f := sender.New(s, map[forward.Target]sender.Route{target("bench"): r}, zap.NewNop())
 	b.ResetTimer()
 	if err := f.Open(); err != nil {
 		b.Fatal(err)
 	}
 	// Every entry is settled when none is pending: one dead-lettered (a
 	// downstream too slow on a loaded machine) ends the run too, and fails it.
-	for pending(b, s)["bench"] > 0 {
+	for pending(b, s)[target("bench")] > 0 {
 		time.Sleep(time.Millisecond)
 	}
 	b.StopTimer()
@@ -76,7 +77,7 @@ func BenchmarkForward(b *testing.B) {
 		b.Fatal(err)
 	}
 	if got := received.Load(); got != int64(b.N) {
-		dead, _ := s.DeadLetters(ctx, "")
+		dead, _ := s.DeadLetters(ctx, forward.Target{})
 		b.Fatalf("downstream received %d requests, want %d; %d dead letters", got, b.N, len(dead))
 	}
 }

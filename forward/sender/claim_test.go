@@ -26,11 +26,11 @@ type countingQueue struct {
 	asks []int
 }
 
-func (q *countingQueue) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
+func (q *countingQueue) Claim(ctx context.Context, owner string, target forward.Target, n int, lease time.Duration) ([]forward.Claim, error) {
 	q.mu.Lock()
 	q.asks = append(q.asks, n)
 	q.mu.Unlock()
-	return q.backend.Claim(ctx, owner, source, n, lease)
+	return q.backend.Claim(ctx, owner, target, n, lease)
 }
 
 func (q *countingQueue) since(i int) []int {
@@ -53,12 +53,12 @@ func TestClaimsAreGrouped(t *testing.T) {
 	}
 	r := route(down.URL)
 	r.Concurrency = 8
-	start(t, q, map[string]sender.Route{"billing": r})
+	start(t, q, map[forward.Target]sender.Route{target("billing"): r})
 	t.Cleanup(func() { close(release) }) // before the forwarder closes: it waits for its requests
 	eventually(t, "eight requests in flight", func() bool { return down.active.Load() == 8 })
 	asked := len(q.since(0))
 	release <- struct{}{} // one slot frees
-	eventually(t, "the first answer recorded", func() bool { return pending(t, q)["billing"] == 19 })
+	eventually(t, "the first answer recorded", func() bool { return pending(t, q)[target("billing")] == 19 })
 	time.Sleep(50 * time.Millisecond) // the forwarder's wake-ups pass
 	if asks := q.since(asked); len(asks) != 0 {
 		t.Errorf("with one of eight slots free, the forwarder claimed %v", asks)
@@ -86,7 +86,7 @@ func TestFreedSlotsAloneDoNotClaim(t *testing.T) {
 	})
 	q := &countingQueue{backend: openStore(t, t.TempDir())}
 	accept(t, q, "billing", "req-1", "", 0)
-	f := sender.New(q, map[string]sender.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+	f := sender.New(q, map[forward.Target]sender.Route{target("billing"): route(down.URL)}, zaptest.NewLogger(t))
 	f.PollInterval = time.Hour
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestFreedSlotsAloneDoNotClaim(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the commit's notification passes
 	asked := len(q.since(0))
 	close(release)
-	eventually(t, "the entry forwarded", func() bool { return pending(t, q)["billing"] == 0 })
+	eventually(t, "the entry forwarded", func() bool { return pending(t, q)[target("billing")] == 0 })
 	time.Sleep(50 * time.Millisecond) // the forwarder's wake-ups pass
 	if asks := q.since(asked); len(asks) > 1 {
 		t.Errorf("after the request was answered, the forwarder claimed %d times (%v), want 1 at most", len(asks), asks)
@@ -114,15 +114,15 @@ type failingQueue struct {
 
 var errQueueDown = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "database unavailable"}
 
-func (q *failingQueue) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
+func (q *failingQueue) Claim(ctx context.Context, owner string, target forward.Target, n int, lease time.Duration) ([]forward.Claim, error) {
 	if q.failing.Load() {
 		q.failed.Add(1)
 		return nil, errQueueDown
 	}
-	return q.backend.Claim(ctx, owner, source, n, lease)
+	return q.backend.Claim(ctx, owner, target, n, lease)
 }
 
-func (q *failingQueue) Pending(ctx context.Context) (map[string]int, error) {
+func (q *failingQueue) Pending(ctx context.Context) (map[forward.Target]int, error) {
 	if q.failing.Load() {
 		return nil, errQueueDown
 	}
@@ -145,7 +145,7 @@ func TestQueueFailuresLogOnce(t *testing.T) {
 	q := &failingQueue{backend: openStore(t, t.TempDir())}
 	q.failing.Store(true)
 	core, logs := observer.New(zapcore.InfoLevel)
-	f := sender.New(q, map[string]sender.Route{"billing": route(down.URL)}, zap.New(core))
+	f := sender.New(q, map[forward.Target]sender.Route{target("billing"): route(down.URL)}, zap.New(core))
 	f.PollInterval = 5 * time.Millisecond
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
@@ -159,7 +159,7 @@ func TestQueueFailuresLogOnce(t *testing.T) {
 	}
 	eventually(t, "4 failed settles", func() bool { return q.settlesFailed.Load() >= 4 })
 	q.failSettles.Store(false)
-	eventually(t, "the entries forwarded", func() bool { return pending(t, q)["billing"] == 0 })
+	eventually(t, "the entries forwarded", func() bool { return pending(t, q)[target("billing")] == 0 })
 	for msg, want := range map[string]int{
 		"claim outbox entries":           1,
 		"claims succeed again":           1,

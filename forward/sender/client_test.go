@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 )
 
@@ -28,7 +29,7 @@ func acceptRaw(t *testing.T, s backend, requestID, contentType, body string) {
 	t.Helper()
 	decide(t, s, webhookd.Delivery{
 		Source: "billing", RequestID: requestID, ReceivedAt: time.Now(),
-		Forward: true, Body: []byte(body), ContentType: contentType,
+		Forward: true, Routes: []string{defaultRoute}, Body: []byte(body), ContentType: contentType,
 	})
 }
 
@@ -57,10 +58,10 @@ func TestRequestAndAnswerOnTheWire(t *testing.T) {
 	r := route(down.URL + "/hooks//a%2Fb?token=x%20y&n=1")
 	r.Headers = map[string]string{"Host": "elsewhere.example", "Connection": "close", "Content-Length": "1",
 		"Proxy-Authorization": "Basic c2VjcmV0", "Proxy-Connection": "close"}
-	start(t, s, map[string]sender.Route{"billing": r})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 	acceptRaw(t, s, "req-1", "", "a=1")
 	eventually(t, "delivered", delivered(t, s, "req-1"))
-	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 1 || f.LastStatus != 200 {
+	if f := status(t, s, "billing", "req-1"); f.Attempts != 1 || f.LastStatus != 200 {
 		t.Errorf("forward status = %+v, want delivered at the first attempt", f)
 	}
 	if u := gotURI.Load(); u != "/hooks//a%2Fb?token=x%20y&n=1" {
@@ -95,7 +96,7 @@ func TestIdleConnectionTheDownstreamClosedCostsNoAttempt(t *testing.T) {
 				down.Server = httptest.NewServer(http.HandlerFunc(down.serve))
 			}
 			t.Cleanup(down.Close)
-			f := sender.New(s, map[string]sender.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+			f := sender.New(s, map[forward.Target]sender.Route{target("billing"): route(down.URL)}, zaptest.NewLogger(t))
 			if secure {
 				roots := x509.NewCertPool()
 				roots.AddCert(down.Certificate())
@@ -110,7 +111,7 @@ func TestIdleConnectionTheDownstreamClosedCostsNoAttempt(t *testing.T) {
 			down.CloseClientConnections()
 			acceptRaw(t, s, "req-2", "application/json", "{}")
 			eventually(t, "second delivered", delivered(t, s, "req-2"))
-			if f := receipt(t, s, "billing", "req-2").Forward; f.Attempts != 1 {
+			if f := status(t, s, "billing", "req-2"); f.Attempts != 1 {
 				t.Errorf("forward status = %+v, want delivered at the first attempt", f)
 			}
 			var attempts []string
@@ -179,13 +180,13 @@ func TestKeepAliveOfNodesLength(t *testing.T) {
 	go srv.Serve(kl)
 	t.Cleanup(func() { srv.Close() })
 	s := openStore(t, t.TempDir())
-	start(t, s, map[string]sender.Route{"billing": route("http://" + ln.Addr().String())})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): route("http://" + ln.Addr().String())})
 	acceptRaw(t, s, "req-1", "application/json", "{}")
 	eventually(t, "first delivered", delivered(t, s, "req-1"))
 	time.Sleep(6 * time.Second)
 	acceptRaw(t, s, "req-2", "application/json", "{}")
 	eventually(t, "second delivered", delivered(t, s, "req-2"))
-	if f := receipt(t, s, "billing", "req-2").Forward; f.Attempts != 1 {
+	if f := status(t, s, "billing", "req-2"); f.Attempts != 1 {
 		t.Errorf("forward status = %+v, want delivered at the first attempt", f)
 	}
 	kl.mu.Lock()
@@ -205,7 +206,7 @@ func TestForwardsOverTLS(t *testing.T) {
 	t.Cleanup(down.Close)
 	roots := x509.NewCertPool()
 	roots.AddCert(down.Certificate())
-	f := sender.New(s, map[string]sender.Route{"billing": route(down.URL)}, zaptest.NewLogger(t))
+	f := sender.New(s, map[forward.Target]sender.Route{target("billing"): route(down.URL)}, zaptest.NewLogger(t))
 	sender.SetTLSConfig(f, &tls.Config{RootCAs: roots})
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
@@ -320,7 +321,7 @@ func TestForwardsThroughTheEnvironmentsProxy(t *testing.T) {
 			t.Setenv("HTTP_PROXY", p.scheme+"://u:p@"+proxy)
 			t.Setenv("NO_PROXY", "")
 			_, port, _ := net.SplitHostPort(target)
-			start(t, s, map[string]sender.Route{"billing": route("http://downstream.invalid:" + port + "/hooks")})
+			start(t, s, map[forward.Target]sender.Route{target("billing"): route("http://downstream.invalid:" + port + "/hooks")})
 			acceptRaw(t, s, "req-1", "application/json", "{}")
 			eventually(t, "delivered", delivered(t, s, "req-1"))
 			if n := tunnels.Load(); n < 1 {
@@ -341,9 +342,9 @@ func TestSilentProxy(t *testing.T) {
 			s := openStore(t, t.TempDir())
 			r := route("http://downstream.invalid:9/hooks")
 			r.Timeout = 200 * time.Millisecond
-			start(t, s, map[string]sender.Route{"billing": r})
+			start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 			acceptRaw(t, s, "req-1", "application/json", "{}")
-			eventually(t, "a failed attempt", func() bool { return receipt(t, s, "billing", "req-1").Forward.Attempts >= 1 })
+			eventually(t, "a failed attempt", func() bool { return status(t, s, "billing", "req-1").Attempts >= 1 })
 		})
 		t.Run(scheme+" at Close", func(t *testing.T) {
 			proxy, reached := silentProxy(t)
@@ -352,7 +353,7 @@ func TestSilentProxy(t *testing.T) {
 			s := openStore(t, t.TempDir())
 			r := route("http://downstream.invalid:9/hooks")
 			r.Timeout = time.Minute
-			f := start(t, s, map[string]sender.Route{"billing": r})
+			f := start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 			acceptRaw(t, s, "req-1", "application/json", "{}")
 			<-reached
 			closeCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -408,7 +409,7 @@ func TestOpenRefusesAProxyItCannotUse(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	t.Setenv("HTTPS_PROXY", "ftp://proxy.invalid:21")
 	t.Setenv("NO_PROXY", "")
-	f := sender.New(s, map[string]sender.Route{"billing": route("https://downstream.invalid/hooks")}, zaptest.NewLogger(t))
+	f := sender.New(s, map[forward.Target]sender.Route{target("billing"): route("https://downstream.invalid/hooks")}, zaptest.NewLogger(t))
 	err := f.Open()
 	if err == nil {
 		f.Close(ctx)

@@ -27,7 +27,8 @@ import (
 	"github.com/webhookd/webhookd/signature"
 )
 
-// Route is where and how one source's entries are delivered.
+// Route is where and how the entries of one route of a source are
+// delivered.
 type Route struct {
 	URL         string
 	Timeout     time.Duration
@@ -36,6 +37,10 @@ type Route struct {
 	// Supersede skips a pending entry whose resource has a newer one pending.
 	Supersede bool
 	Headers   map[string]string // static headers added to every request
+	// PassHeaders names the request headers this route passes through.
+	// An entry carries those of every route its delivery matched (see
+	// the gateway's intake); each route is sent only its own.
+	PassHeaders []string
 	// SignSecret, when set (whsec_...), adds Standard Webhooks signature
 	// headers, so the downstream can check a request came through webhookd.
 	SignSecret string
@@ -43,13 +48,14 @@ type Route struct {
 
 // Metrics counts forward attempts.
 type Metrics interface {
-	// Attempted counts one attempt; result is delivered, retry or dead.
-	Attempted(source, result string, took time.Duration)
+	// Attempted counts one attempt to target; result is delivered, retry
+	// or dead.
+	Attempted(target forward.Target, result string, took time.Duration)
 }
 
 type nopMetrics struct{}
 
-func (nopMetrics) Attempted(string, string, time.Duration) {}
+func (nopMetrics) Attempted(forward.Target, string, time.Duration) {}
 
 // Default for Forwarder.PollInterval.
 const DefaultPollInterval = time.Second
@@ -61,11 +67,13 @@ const leaseMargin = 30 * time.Second
 // Forwarder delivers outbox entries downstream, at least once.
 //
 // It claims entries from the queue, which hands out only the head of each
-// (source, resource) lane and the next entry only once the head is
+// (source, route, resource) lane and the next entry only once the head is
 // settled, so that no crash can make an older version arrive after a
-// newer one, whichever forwarder sends it. Each source has its own
-// concurrency limit, so a slow downstream holds up only its own source:
-// a source is asked for as many entries as it has free slots.
+// newer one at a route's downstream, whichever forwarder sends it. Each
+// route of each source (a forward.Target) has its own concurrency limit
+// and its own claims, so a slow or failing downstream holds up only its
+// own route, never another route of the same source: a target is asked
+// for as many entries as it has free slots.
 type Forwarder struct {
 	Logger       *zap.Logger
 	Metrics      Metrics
@@ -74,7 +82,7 @@ type Forwarder struct {
 	Owner string
 
 	queue  forward.Queue
-	routes map[string]*route
+	routes map[forward.Target]*route
 	now    func() time.Time
 	jitter func() float64
 
@@ -96,16 +104,17 @@ type Forwarder struct {
 	claimLog, depthLog, settleLog *ratelog.Failures
 }
 
-// New returns a forwarder for the sources in routes. Entries of a source
-// without a route are dead-lettered: its forward configuration was removed.
-func New(queue forward.Queue, routes map[string]Route, logger *zap.Logger) *Forwarder {
+// New returns a forwarder for the targets in routes. Entries of a target
+// not in routes are dead-lettered: its route was removed from the
+// configuration.
+func New(queue forward.Queue, routes map[forward.Target]Route, logger *zap.Logger) *Forwarder {
 	f := &Forwarder{
 		Logger:       logger,
 		Metrics:      nopMetrics{},
 		PollInterval: DefaultPollInterval,
 		Owner:        fmt.Sprintf("%d-%016x", os.Getpid(), rand.Uint64()),
 		queue:        queue,
-		routes:       make(map[string]*route, len(routes)),
+		routes:       make(map[forward.Target]*route, len(routes)),
 		now:          time.Now,
 		jitter:       rand.Float64,
 		released:     make(chan *route),
@@ -113,8 +122,12 @@ func New(queue forward.Queue, routes map[string]Route, logger *zap.Logger) *Forw
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
-	for name, r := range routes {
-		f.routes[name] = &route{Route: r, name: name, ask: true}
+	for target, r := range routes {
+		pass := make([]string, len(r.PassHeaders))
+		for i, name := range r.PassHeaders {
+			pass[i] = http.CanonicalHeaderKey(name)
+		}
+		f.routes[target] = &route{Route: r, target: target, passHeaders: pass, ask: true}
 	}
 	return f
 }
@@ -125,12 +138,12 @@ func (f *Forwarder) Open() error {
 	f.claimLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	f.depthLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	f.settleLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
-	for name, r := range f.routes {
+	for target, r := range f.routes {
 		c, err := f.hostClient(r.Route)
 		if err != nil {
 			f.cancel()
 			close(f.done) // no scheduler to wait for: Close returns at once
-			return fmt.Errorf("forward %s: %w", name, err)
+			return fmt.Errorf("forward %s: %w", target, err)
 		}
 		r.client = c
 	}
@@ -159,10 +172,13 @@ func (f *Forwarder) Close(ctx context.Context) error {
 
 type route struct {
 	Route
-	name     string
-	client   *fasthttp.HostClient
-	orphan   bool // no forward configuration: entries are dead-lettered
-	inflight int  // claims whose downstream request is not answered yet, against Concurrency
+	target forward.Target
+	// passHeaders is PassHeaders as http.CanonicalHeaderKey spells them,
+	// which is how an entry's Headers are keyed.
+	passHeaders []string
+	client      *fasthttp.HostClient
+	orphan      bool // not configured: entries are dead-lettered
+	inflight    int  // claims whose downstream request is not answered yet, against Concurrency
 	// ask says the queue may hold entries of this route's that no claim
 	// has asked for: the queue notified, a poll or a retry came due, or
 	// the last claim took all it asked for. A freed slot alone is no
@@ -235,7 +251,7 @@ func (f *Forwarder) wait() time.Duration {
 	return f.PollInterval
 }
 
-// discoverOrphans gives every source with pending entries and no route a
+// discoverOrphans gives every target with pending entries and no route a
 // route that dead-letters them.
 func (f *Forwarder) discoverOrphans() {
 	pending, err := f.queue.Pending(f.ctx)
@@ -244,9 +260,9 @@ func (f *Forwarder) discoverOrphans() {
 		return
 	}
 	f.depthLog.OK("outbox depth read again")
-	for source, n := range pending {
-		if _, ok := f.routes[source]; !ok && n > 0 {
-			f.routes[source] = &route{Route: Route{Concurrency: 1}, name: source, orphan: true, ask: true}
+	for target, n := range pending {
+		if _, ok := f.routes[target]; !ok && n > 0 {
+			f.routes[target] = &route{Route: Route{Concurrency: 1}, target: target, orphan: true, ask: true}
 		}
 	}
 }
@@ -262,10 +278,10 @@ func (f *Forwarder) claim() {
 		if !r.ask || free <= 0 || (r.inflight > 0 && free < max(1, r.Concurrency/4)) {
 			continue
 		}
-		claims, err := f.queue.Claim(f.ctx, f.Owner, r.name, free, r.lease())
+		claims, err := f.queue.Claim(f.ctx, f.Owner, r.target, free, r.lease())
 		r.ask = err != nil || len(claims) == free
 		if err != nil {
-			f.claimLog.Fail("claim outbox entries", zap.String("source", r.name), zap.Error(err))
+			f.claimLog.Fail("claim outbox entries", zap.String("source", r.target.Source), zap.String("route", r.target.Route), zap.Error(err))
 			continue
 		}
 		f.claimLog.OK("claims succeed again")
@@ -306,7 +322,7 @@ func (f *Forwarder) result(r *route, c *forward.Claim, release func()) (res forw
 	now := f.now()
 	switch {
 	case r.orphan:
-		return forward.Result{State: webhookd.ForwardDead, Attempts: c.Attempts, Error: fmt.Sprintf("source %q has no forward configuration", c.Source), At: now}, true
+		return forward.Result{State: webhookd.ForwardDead, Attempts: c.Attempts, Error: fmt.Sprintf("source %q has no route %q in the configuration", c.Source, c.Route), At: now}, true
 	case r.Supersede && c.Newer:
 		return forward.Result{State: webhookd.ForwardSuperseded, Attempts: c.Attempts, At: now}, true
 	case c.Body == nil:
@@ -329,10 +345,10 @@ func (f *Forwarder) record(r *route, c *forward.Claim, res forward.Result) (ok b
 			f.settleLog.OK("forward results recorded again")
 			return true
 		case errors.Is(err, forward.ErrLeaseLost):
-			f.Logger.Warn("claim lost before its result was recorded: another owner forwards the entry", zap.String("source", c.Source), zap.String("request_id", c.RequestID))
+			f.Logger.Warn("claim lost before its result was recorded: another owner forwards the entry", zap.String("source", c.Source), zap.String("route", c.Route), zap.String("request_id", c.RequestID))
 			return false
 		}
-		f.settleLog.Fail("settle forward attempt", zap.String("source", c.Source), zap.String("request_id", c.RequestID), zap.Error(err))
+		f.settleLog.Fail("settle forward attempt", zap.String("source", c.Source), zap.String("route", c.Route), zap.String("request_id", c.RequestID), zap.Error(err))
 		select {
 		case <-time.After(max(r.Policy.Initial, time.Second)):
 		case <-f.stop:
@@ -357,7 +373,7 @@ func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok 
 	// Logger.With encodes them at once.
 	log := func(level zapcore.Level, msg string, more ...zap.Field) {
 		if line := f.Logger.Check(level, msg); line != nil {
-			line.Write(append([]zap.Field{zap.String("source", e.Source), zap.String("request_id", e.RequestID),
+			line.Write(append([]zap.Field{zap.String("source", e.Source), zap.String("route", e.Route), zap.String("request_id", e.RequestID),
 				zap.String("resource", e.Resource), zap.String("version", e.Version),
 				zap.Int("attempt", n), zap.Int("status", status)}, more...)...)
 		}
@@ -372,12 +388,12 @@ func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok 
 	}
 	switch forward.Judge(status) {
 	case forward.Delivered:
-		f.Metrics.Attempted(e.Source, "delivered", took)
+		f.Metrics.Attempted(r.target, "delivered", took)
 		log(zapcore.DebugLevel, "forwarded")
 		return res, true
 	case forward.Retry:
 		if n < r.Policy.MaxAttempts {
-			f.Metrics.Attempted(e.Source, "retry", took)
+			f.Metrics.Attempted(r.target, "retry", took)
 			res.State = webhookd.ForwardRetrying
 			res.NextAttemptAt = now.Add(r.Policy.Delay(n, retryAfter, f.jitter()))
 			log(zapcore.InfoLevel, "forward failed, will retry", zap.String("error", res.Error), zap.Time("next_attempt_at", res.NextAttemptAt))
@@ -385,7 +401,7 @@ func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok 
 		}
 		res.Error = fmt.Sprintf("%s; gave up after %d attempts", res.Error, n)
 	}
-	f.Metrics.Attempted(e.Source, "dead", took)
+	f.Metrics.Attempted(r.target, "dead", took)
 	res.State = webhookd.ForwardDead
 	log(zapcore.WarnLevel, "forward dead-lettered", zap.String("error", res.Error))
 	return res, true
@@ -402,8 +418,10 @@ func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, r
 	req.SetRequestURI(r.URL)
 	req.Header.SetMethod(http.MethodPost)
 	req.Header.SetNoDefaultContentType(true)
-	for k, v := range e.Headers {
-		setHeader(req, k, v)
+	for _, name := range r.passHeaders {
+		if v, ok := e.Headers[name]; ok {
+			setHeader(req, name, v)
+		}
 	}
 	for k, v := range r.Headers {
 		setHeader(req, k, v)
@@ -413,6 +431,7 @@ func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, r
 	}
 	req.Header.Set("Idempotency-Key", e.RequestID)
 	req.Header.Set("Webhook-Source", e.Source)
+	req.Header.Set("Webhook-Route", e.Route)
 	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
 	if e.Resource != "" {
 		req.Header.Set("Webhook-Resource", e.Resource)

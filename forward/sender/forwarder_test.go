@@ -105,7 +105,7 @@ func (d *downstream) all() []arrival {
 // the decisions and admin calls that fill and read it.
 type backend = storage.Backend
 
-func pending(t testing.TB, q forward.Queue) map[string]int {
+func pending(t testing.TB, q forward.Queue) map[forward.Target]int {
 	t.Helper()
 	n, err := q.Pending(ctx)
 	if err != nil {
@@ -125,16 +125,26 @@ func openStore(t *testing.T, dir string) backend {
 	return s
 }
 
+// defaultRoute names the route of a source that has one, as the
+// configuration does when it is not named.
+const defaultRoute = "default"
+
+// target is the one route of source.
+func target(source string) forward.Target {
+	return forward.Target{Source: source, Route: defaultRoute}
+}
+
 func route(url string) sender.Route {
 	return sender.Route{
 		URL:         url,
 		Timeout:     2 * time.Second,
 		Concurrency: 4,
 		Policy:      forward.RetryPolicy{MaxAttempts: 5, Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+		PassHeaders: []string{"x-request-id"},
 	}
 }
 
-func start(t *testing.T, s backend, routes map[string]sender.Route) *sender.Forwarder {
+func start(t *testing.T, s backend, routes map[forward.Target]sender.Route) *sender.Forwarder {
 	t.Helper()
 	f := sender.New(s, routes, zaptest.NewLogger(t))
 	if err := f.Open(); err != nil {
@@ -144,12 +154,19 @@ func start(t *testing.T, s backend, routes map[string]sender.Route) *sender.Forw
 	return f
 }
 
+// accept decides a delivery of source's default route.
 func accept(t *testing.T, s backend, source, requestID, resource string, version int) webhookd.Decision {
+	t.Helper()
+	return acceptTo(t, s, source, []string{defaultRoute}, requestID, resource, version)
+}
+
+// acceptTo decides a delivery that matched routes of source.
+func acceptTo(t *testing.T, s backend, source string, routes []string, requestID, resource string, version int) webhookd.Decision {
 	t.Helper()
 	body := fmt.Sprintf(`{"id":%q,"object":%q,"version":%d}`, requestID, resource, version)
 	d := webhookd.Delivery{
 		Source: source, RequestID: requestID, DeliveryID: "dlv-" + requestID, ReceivedAt: time.Now(),
-		Forward: true, Body: []byte(body), ContentType: "application/json; charset=utf-8",
+		Forward: true, Routes: routes, Body: []byte(body), ContentType: "application/json; charset=utf-8",
 		Headers: map[string]string{"X-Request-Id": "trace-" + requestID},
 	}
 	if resource != "" {
@@ -190,14 +207,30 @@ func receipt(t *testing.T, s backend, source, requestID string) *dedupe.Receipt 
 	return r
 }
 
+// status returns the forward status of requestID of source on its
+// default route; the zero status when it was not forwarded there.
+func status(t *testing.T, s backend, source, requestID string) webhookd.ForwardStatus {
+	t.Helper()
+	return routeStatus(t, s, source, defaultRoute, requestID)
+}
+
+// routeStatus returns the forward status of requestID of source on route.
+func routeStatus(t *testing.T, s backend, source, route, requestID string) webhookd.ForwardStatus {
+	t.Helper()
+	if rs := receipt(t, s, source, requestID).Route(route); rs != nil {
+		return rs.ForwardStatus
+	}
+	return webhookd.ForwardStatus{}
+}
+
 // delivered reports whether billing's requestID is recorded as delivered.
 func delivered(t *testing.T, s backend, requestID string) func() bool {
-	return func() bool { return receipt(t, s, "billing", requestID).Forward.State == webhookd.ForwardDelivered }
+	return func() bool { return status(t, s, "billing", requestID).State == webhookd.ForwardDelivered }
 }
 
 func outboxEmpty(t *testing.T, s backend) func() bool {
 	return func() bool {
-		entries, err := s.Outbox(ctx, "")
+		entries, err := s.Outbox(ctx, forward.Target{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +243,7 @@ func TestForwardsExactBodyAndHeaders(t *testing.T) {
 	down := newDownstream(t, nil)
 	r := route(down.URL + "/billing")
 	r.Headers = map[string]string{"Authorization": "Bearer downstream-token"}
-	start(t, s, map[string]sender.Route{"billing": r})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 	accept(t, s, "billing", "req-1", "sub_1", 7)
 	eventually(t, "delivery", func() bool { return len(down.delivered()) == 1 })
 	a := down.delivered()[0]
@@ -218,6 +251,7 @@ func TestForwardsExactBodyAndHeaders(t *testing.T) {
 		"Idempotency-Key":  "req-1",
 		"Content-Type":     "application/json; charset=utf-8",
 		"Webhook-Source":   "billing",
+		"Webhook-Route":    "default",
 		"Webhook-Resource": "sub_1",
 		"Webhook-Version":  "7",
 		"Webhook-Attempt":  "1",
@@ -234,7 +268,7 @@ func TestForwardsExactBodyAndHeaders(t *testing.T) {
 		t.Errorf("body = %q", a.body)
 	}
 	eventually(t, "receipt delivered", delivered(t, s, "req-1"))
-	f := receipt(t, s, "billing", "req-1").Forward
+	f := status(t, s, "billing", "req-1")
 	if f.Attempts != 1 || f.LastStatus != 200 || f.DeliveredAt == nil {
 		t.Errorf("forward status = %+v", f)
 	}
@@ -244,7 +278,7 @@ func TestForwardsExactBodyAndHeaders(t *testing.T) {
 func TestDuplicatesAndStaleAreNeverForwarded(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, nil)
-	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): route(down.URL)})
 	decisions := []webhookd.Decision{
 		accept(t, s, "billing", "req-2", "sub_1", 2),
 		accept(t, s, "billing", "req-2", "sub_1", 2),
@@ -272,7 +306,7 @@ func TestFailsTwiceThenDelivered(t *testing.T) {
 		}
 		return http.StatusOK
 	})
-	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): route(down.URL)})
 	accept(t, s, "billing", "req-1", "", 0)
 	eventually(t, "receipt delivered", delivered(t, s, "req-1"))
 	all := down.all()
@@ -284,7 +318,7 @@ func TestFailsTwiceThenDelivered(t *testing.T) {
 			t.Errorf("request %d: key %q attempt %q", i, a.header.Get("Idempotency-Key"), a.header.Get("Webhook-Attempt"))
 		}
 	}
-	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 3 || f.LastStatus != 200 {
+	if f := status(t, s, "billing", "req-1"); f.Attempts != 3 || f.LastStatus != 200 {
 		t.Errorf("forward status = %+v, want delivered after 3 attempts", f)
 	}
 }
@@ -325,14 +359,14 @@ func TestSettleThatFailedIsNotSentAgain(t *testing.T) {
 				r := route(down.URL)
 				r.Supersede = supersede
 				o := &settleFailsOnce{backend: s, lands: lands}
-				f := sender.New(o, map[string]sender.Route{"billing": r}, zaptest.NewLogger(t))
+				f := sender.New(o, map[forward.Target]sender.Route{target("billing"): r}, zaptest.NewLogger(t))
 				if err := f.Open(); err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { f.Close(ctx) })
 				eventually(t, "a Settle that fails", o.failed.Load)
 				// The lane waits a second after the error, then finishes.
-				eventually(t, "nothing pending", func() bool { return pending(t, s)["billing"] == 0 })
+				eventually(t, "nothing pending", func() bool { return pending(t, s)[target("billing")] == 0 })
 				var keys []string
 				for _, a := range down.all() {
 					keys = append(keys, a.header.Get("Idempotency-Key"))
@@ -351,7 +385,7 @@ func TestSettleThatFailedIsNotSentAgain(t *testing.T) {
 					if !supersede {
 						want = webhookd.ForwardDelivered
 					}
-					if got := receipt(t, s, "billing", fmt.Sprintf("req-%d", v)).Forward; got.State != want || got.Attempts > 1 {
+					if got := status(t, s, "billing", fmt.Sprintf("req-%d", v)); got.State != want || got.Attempts > 1 {
 						t.Errorf("req-%d: %+v, want %s", v, got, want)
 					}
 				}
@@ -370,7 +404,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	})
 	r := route(down.URL) // backoff alone would retry after 10 ms
 	r.Policy.Max = 5 * time.Second
-	start(t, s, map[string]sender.Route{"billing": r})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 	accept(t, s, "billing", "req-1", "", 0)
 	eventually(t, "second attempt", func() bool { return len(down.all()) == 2 })
 	all := down.all()
@@ -382,13 +416,13 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, func(*http.Request, int) int { return http.StatusBadRequest })
-	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): route(down.URL)})
 	accept(t, s, "billing", "req-1", "sub_1", 1)
-	eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
+	eventually(t, "dead letter", func() bool { return status(t, s, "billing", "req-1").State == webhookd.ForwardDead })
 	if n := len(down.all()); n != 1 {
 		t.Errorf("a 400 was tried %d times, want 1", n)
 	}
-	dead, err := s.DeadLetters(ctx, "billing")
+	dead, err := s.DeadLetters(ctx, forward.Target{Source: "billing"})
 	if err != nil || len(dead) != 1 {
 		t.Fatalf("dead letters = %v, %v", dead, err)
 	}
@@ -400,13 +434,13 @@ func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 	if d := accept(t, s, "billing", "req-1", "sub_1", 1); d != webhookd.Duplicate {
 		t.Fatalf("redelivery: %s, want duplicate", d)
 	}
-	if err := s.DiscardDeadLetter(ctx, "billing", "req-1"); err != nil {
+	if err := s.DiscardDeadLetter(ctx, target("billing"), "req-1"); err != nil {
 		t.Fatal(err)
 	}
-	if f := receipt(t, s, "billing", "req-1").Forward; f.State != webhookd.ForwardDiscarded || f.Attempts != 1 || f.LastStatus != 400 || f.LastError == "" {
+	if f := status(t, s, "billing", "req-1"); f.State != webhookd.ForwardDiscarded || f.Attempts != 1 || f.LastStatus != 400 || f.LastError == "" {
 		t.Errorf("after discard the receipt says %+v, want discarded with the attempt that failed", f)
 	}
-	if dead, _ := s.DeadLetters(ctx, ""); len(dead) != 0 {
+	if dead, _ := s.DeadLetters(ctx, forward.Target{}); len(dead) != 0 {
 		t.Errorf("dead letters after discard: %d", len(dead))
 	}
 }
@@ -443,16 +477,16 @@ func TestFailedAttemptsQuoteTheAnswer(t *testing.T) {
 			t.Cleanup(func() { close(release) })
 			r := route(down.URL)
 			r.Policy.MaxAttempts = 2
-			start(t, s, map[string]sender.Route{"billing": r})
+			start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 			acceptRaw(t, s, "req-1", "application/json", "{}")
 			<-answered
-			eventually(t, "retrying", func() bool { return receipt(t, s, "billing", "req-1").Forward.Attempts == 1 })
-			if f := receipt(t, s, "billing", "req-1").Forward; f.State != webhookd.ForwardRetrying || f.LastError != tc.want {
+			eventually(t, "retrying", func() bool { return status(t, s, "billing", "req-1").Attempts == 1 })
+			if f := status(t, s, "billing", "req-1"); f.State != webhookd.ForwardRetrying || f.LastError != tc.want {
 				t.Errorf("retrying: forward status = %+v, want last_error %q", f, tc.want)
 			}
 			release <- struct{}{}
-			eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
-			dead, err := s.DeadLetters(ctx, "billing")
+			eventually(t, "dead letter", func() bool { return status(t, s, "billing", "req-1").State == webhookd.ForwardDead })
+			dead, err := s.DeadLetters(ctx, forward.Target{Source: "billing"})
 			if err != nil || len(dead) != 1 {
 				t.Fatalf("dead letters = %+v, %v", dead, err)
 			}
@@ -488,9 +522,9 @@ func TestEntryOutlivingItsPayloadIsNotSent(t *testing.T) {
 	for v := 1; v <= versions; v++ {
 		accept(t, s, "billing", fmt.Sprintf("req-%d", v), "sub_1", v)
 	}
-	start(t, s, map[string]sender.Route{"billing": r})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 	eventually(t, "empty outbox", outboxEmpty(t, s))
-	dead, err := s.DeadLetters(ctx, "billing")
+	dead, err := s.DeadLetters(ctx, forward.Target{Source: "billing"})
 	if err != nil || len(dead) != versions {
 		t.Fatalf("dead letters = %+v, %v", dead, err)
 	}
@@ -512,7 +546,7 @@ func TestEntryOutlivingItsPayloadIsNotSent(t *testing.T) {
 			t.Errorf("version %d was sent without a body", a.version)
 		}
 	}
-	if err := s.RetryDeadLetter(ctx, "billing", "req-10"); webhookd.ErrorCode(err) != webhookd.ECONFLICT || !strings.Contains(err.Error(), "expired") {
+	if err := s.RetryDeadLetter(ctx, target("billing"), "req-10"); webhookd.ErrorCode(err) != webhookd.ECONFLICT || !strings.Contains(err.Error(), "expired") {
 		t.Errorf("retry the newest, whose body was lost: %v, want a conflict saying its payload expired", err)
 	}
 }
@@ -528,10 +562,10 @@ func TestDownstreamDownPastMaxAttemptsThenRetried(t *testing.T) {
 	ln.Close()
 	r := route("http://" + addr + "/hook")
 	r.Policy.MaxAttempts = 3
-	start(t, s, map[string]sender.Route{"billing": r})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 	accept(t, s, "billing", "req-1", "", 0)
-	eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
-	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 3 || f.LastError == "" {
+	eventually(t, "dead letter", func() bool { return status(t, s, "billing", "req-1").State == webhookd.ForwardDead })
+	if f := status(t, s, "billing", "req-1"); f.Attempts != 3 || f.LastError == "" {
 		t.Errorf("forward status = %+v, want 3 attempts and the error", f)
 	}
 
@@ -548,14 +582,14 @@ func TestDownstreamDownPastMaxAttemptsThenRetried(t *testing.T) {
 	})}
 	go srv.Serve(ln)
 	defer srv.Close()
-	if err := s.RetryDeadLetter(ctx, "billing", "req-1"); err != nil {
+	if err := s.RetryDeadLetter(ctx, target("billing"), "req-1"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "delivered after retry", delivered(t, s, "req-1"))
 	if got.Load() != 1 {
 		t.Errorf("downstream got req-1 %d times, want 1", got.Load())
 	}
-	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != 1 {
+	if f := status(t, s, "billing", "req-1"); f.Attempts != 1 {
 		t.Errorf("attempts after retry = %d, want 1 (reset)", f.Attempts)
 	}
 }
@@ -574,7 +608,7 @@ func TestVersionsArriveInOrder(t *testing.T) {
 			r := route(down.URL)
 			r.Supersede = supersede
 			r.Policy.MaxAttempts = 1000
-			start(t, s, map[string]sender.Route{"billing": r})
+			start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 			for _, res := range []string{"sub_a", "sub_b"} {
 				for v := 1; v <= 5; v++ {
 					if d := accept(t, s, "billing", fmt.Sprintf("%s-v%d", res, v), res, v); d != webhookd.Accepted {
@@ -606,7 +640,7 @@ func TestVersionsArriveInOrder(t *testing.T) {
 			}
 			if supersede {
 				for v := 1; v <= 4; v++ {
-					if st := receipt(t, s, "billing", fmt.Sprintf("sub_a-v%d", v)).Forward.State; st != webhookd.ForwardSuperseded {
+					if st := status(t, s, "billing", fmt.Sprintf("sub_a-v%d", v)).State; st != webhookd.ForwardSuperseded {
 						t.Errorf("sub_a v%d: %s, want superseded", v, st)
 					}
 				}
@@ -626,7 +660,7 @@ func TestPendingEntriesSurviveReopen(t *testing.T) {
 	}
 	s = openStore(t, dir)
 	down := newDownstream(t, nil)
-	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): route(down.URL)})
 	eventually(t, "empty outbox", outboxEmpty(t, s))
 	got := down.delivered()
 	if len(got) != 3 {
@@ -647,7 +681,7 @@ func TestSlowDownstreamHoldsUpOnlyItsSource(t *testing.T) {
 	fast := newDownstream(t, nil)
 	slowRoute := route(slow.URL)
 	slowRoute.Concurrency = 1
-	start(t, s, map[string]sender.Route{"slow": slowRoute, "fast": route(fast.URL)})
+	start(t, s, map[forward.Target]sender.Route{target("slow"): slowRoute, "fast": route(fast.URL)})
 	for i := 0; i < 3; i++ {
 		accept(t, s, "slow", fmt.Sprint("s-", i), "", 0)
 	}
@@ -660,11 +694,11 @@ func TestSlowDownstreamHoldsUpOnlyItsSource(t *testing.T) {
 func TestRedeliver(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	down := newDownstream(t, nil)
-	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): route(down.URL)})
 	accept(t, s, "billing", "req-1", "sub_1", 1)
 	accept(t, s, "billing", "req-0", "sub_1", 0) // stale
 	eventually(t, "delivered", delivered(t, s, "req-1"))
-	if err := s.Redeliver(ctx, "billing", "req-1"); err != nil {
+	if err := s.Redeliver(ctx, "billing", "req-1", ""); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "second delivery", func() bool { return len(down.delivered()) == 2 })
@@ -673,15 +707,15 @@ func TestRedeliver(t *testing.T) {
 			t.Errorf("redelivery = %q %q", a.header.Get("Idempotency-Key"), a.body)
 		}
 	}
-	if err := s.Redeliver(ctx, "billing", "req-0"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+	if err := s.Redeliver(ctx, "billing", "req-0", ""); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
 		t.Errorf("redeliver a stale request: %v, want conflict", err)
 	}
 	accept(t, s, "billing", "req-2", "sub_1", 2)
 	eventually(t, "v2 delivered", delivered(t, s, "req-2"))
-	if err := s.Redeliver(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+	if err := s.Redeliver(ctx, "billing", "req-1", ""); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
 		t.Errorf("redeliver v1 after v2: %v, want conflict", err)
 	}
-	if err := s.Redeliver(ctx, "billing", "nope"); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
+	if err := s.Redeliver(ctx, "billing", "nope", ""); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
 		t.Errorf("redeliver unknown: %v, want not found", err)
 	}
 }
@@ -703,7 +737,7 @@ func TestCloseAbandonsInFlightAndKeepsTheEntry(t *testing.T) {
 	})
 	r := route(down.URL)
 	r.Timeout = time.Minute
-	f := sender.New(s, map[string]sender.Route{"billing": r}, zaptest.NewLogger(t))
+	f := sender.New(s, map[forward.Target]sender.Route{target("billing"): r}, zaptest.NewLogger(t))
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
 	}
@@ -726,11 +760,11 @@ func TestCloseAbandonsInFlightAndKeepsTheEntry(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the downstream's connection was not closed")
 	}
-	entries, _ := s.Outbox(ctx, "")
+	entries, _ := s.Outbox(ctx, forward.Target{})
 	if len(entries) != 1 || entries[0].Attempts != 0 {
 		t.Errorf("outbox after abandoned shutdown = %+v, want the entry untouched", entries)
 	}
-	if st := receipt(t, s, "billing", "req-1").Forward.State; st != webhookd.ForwardPending {
+	if st := status(t, s, "billing", "req-1").State; st != webhookd.ForwardPending {
 		t.Errorf("receipt says %s, want pending", st)
 	}
 }
@@ -741,7 +775,7 @@ func TestSignedForwarding(t *testing.T) {
 	down := newDownstream(t, nil)
 	r := route(down.URL)
 	r.SignSecret = secret
-	start(t, s, map[string]sender.Route{"billing": r})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 	accept(t, s, "billing", "req-1", "", 0)
 	eventually(t, "delivery", func() bool { return len(down.delivered()) == 1 })
 	a := down.delivered()[0]
@@ -779,19 +813,19 @@ func TestEntryWhosePayloadExpiredIsDeadLettered(t *testing.T) {
 	time.Sleep(2100 * time.Millisecond)
 	b := openStore(t, dir)
 	down := newDownstream(t, nil)
-	start(t, b, map[string]sender.Route{"billing": route(down.URL)})
+	start(t, b, map[forward.Target]sender.Route{target("billing"): route(down.URL)})
 	eventually(t, "empty outbox", outboxEmpty(t, b))
 	if n := len(down.all()); n != 0 {
 		t.Errorf("the downstream got %d requests for an entry without a payload", n)
 	}
-	dead, err := b.DeadLetters(ctx, "billing")
+	dead, err := b.DeadLetters(ctx, forward.Target{Source: "billing"})
 	if err != nil || len(dead) != 1 {
 		t.Fatalf("dead letters = %v, %v", dead, err)
 	}
 	if d := dead[0]; !d.BodyLost || !strings.Contains(d.LastError, "payload expired") {
 		t.Errorf("dead letter = %+v, want its body lost and why", d)
 	}
-	if err := b.RetryDeadLetter(ctx, "billing", "req-1"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+	if err := b.RetryDeadLetter(ctx, target("billing"), "req-1"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
 		t.Errorf("retrying a dead letter without a payload: %v, want a conflict", err)
 	}
 }
@@ -810,14 +844,14 @@ func TestAttemptLogLines(t *testing.T) {
 	r := route(down.URL)
 	r.Policy.MaxAttempts = 2
 	core, logs := observer.New(zapcore.InfoLevel)
-	f := sender.New(s, map[string]sender.Route{"billing": r}, zap.New(core))
+	f := sender.New(s, map[forward.Target]sender.Route{target("billing"): r}, zap.New(core))
 	if err := f.Open(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close(ctx) })
 	accept(t, s, "billing", "req-ok", "sub_1", 1)
 	accept(t, s, "billing", "req-1", "sub_2", 4)
-	eventually(t, "dead letter", func() bool { return receipt(t, s, "billing", "req-1").Forward.State == webhookd.ForwardDead })
+	eventually(t, "dead letter", func() bool { return status(t, s, "billing", "req-1").State == webhookd.ForwardDead })
 	eventually(t, "delivery", delivered(t, s, "req-ok"))
 	var got []string
 	for _, e := range logs.All() {
@@ -834,25 +868,178 @@ func TestAttemptLogLines(t *testing.T) {
 	}
 }
 
-// A source whose forward configuration was removed still has entries: they
-// are dead-lettered, not left in the outbox nor sent anywhere.
-func TestEntriesOfASourceWithoutARouteAreDeadLettered(t *testing.T) {
+// A route removed from the configuration still has entries: they are
+// dead-lettered, not left in the outbox nor sent anywhere, whether its
+// source is gone or keeps other routes, which go on forwarding.
+func TestEntriesOfARouteNotConfiguredAreDeadLettered(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	accept(t, s, "retired", "req-1", "sub_1", 1)
 	accept(t, s, "retired", "req-2", "sub_1", 2)
+	acceptTo(t, s, "billing", []string{defaultRoute, "old"}, "req-3", "sub_1", 1)
 	down := newDownstream(t, nil)
-	start(t, s, map[string]sender.Route{"billing": route(down.URL)})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): route(down.URL)})
 	eventually(t, "empty outbox", outboxEmpty(t, s))
-	dead, err := s.DeadLetters(ctx, "retired")
-	if err != nil || len(dead) != 2 {
-		t.Fatalf("dead letters = %+v, %v", dead, err)
-	}
-	for _, d := range dead {
-		if !strings.Contains(d.LastError, `source "retired" has no forward configuration`) || d.BodyLost {
-			t.Errorf("dead letter %+v", d)
+	for _, tc := range []struct {
+		target forward.Target
+		dead   int
+		error  string
+	}{
+		{target("retired"), 2, `source "retired" has no route "default" in the configuration`},
+		{forward.Target{Source: "billing", Route: "old"}, 1, `source "billing" has no route "old" in the configuration`},
+		{target("billing"), 0, ""},
+	} {
+		dead, err := s.DeadLetters(ctx, tc.target)
+		if err != nil || len(dead) != tc.dead {
+			t.Fatalf("%s: dead letters = %+v, %v; want %d", tc.target, dead, err, tc.dead)
+		}
+		for _, d := range dead {
+			if d.Route != tc.target.Route || !strings.Contains(d.LastError, tc.error) || d.BodyLost {
+				t.Errorf("%s: dead letter %+v", tc.target, d)
+			}
 		}
 	}
-	if n := len(down.all()); n != 0 {
-		t.Errorf("downstream got %d requests", n)
+	if all := down.all(); len(all) != 1 || all[0].header.Get("Idempotency-Key") != "req-3" || all[0].header.Get("Webhook-Route") != defaultRoute {
+		t.Errorf("downstream got %+v, want only req-3 on the default route", all)
+	}
+	if st := status(t, s, "billing", "req-3").State; st != webhookd.ForwardDelivered {
+		t.Errorf("req-3 on the default route: %s, want delivered", st)
+	}
+}
+
+// targets records the target of every attempt.
+type targets struct {
+	mu  sync.Mutex
+	got map[forward.Target]int
+}
+
+func (m *targets) Attempted(t forward.Target, _ string, _ time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.got[t]++
+}
+
+func (m *targets) count(t forward.Target) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.got[t]
+}
+
+// A delivery that matched two routes of a source reaches each route's
+// downstream once, named by Webhook-Route, with the same Idempotency-Key
+// and body, each route's static headers, and only the passed-through
+// headers its own pass_headers names, though the entry holds both routes'.
+func TestEachRouteGetsItsOwnRequest(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ledger, audit := newDownstream(t, nil), newDownstream(t, nil)
+	lr := route(ledger.URL)
+	lr.Headers = map[string]string{"Authorization": "Bearer ledger"}
+	ar := route(audit.URL)
+	ar.Headers = map[string]string{"Authorization": "Bearer audit"}
+	ar.PassHeaders = []string{"X-Trace"}
+	lt, at := forward.Target{Source: "billing", Route: "ledger"}, forward.Target{Source: "billing", Route: "audit"}
+	f := sender.New(s, map[forward.Target]sender.Route{lt: lr, at: ar}, zaptest.NewLogger(t))
+	m := &targets{got: map[forward.Target]int{}}
+	f.Metrics = m
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	decide(t, s, webhookd.Delivery{
+		Source: "billing", RequestID: "req-1", ReceivedAt: time.Now(),
+		Forward: true, Routes: []string{"ledger", "audit"}, Body: []byte(`{"id":"req-1"}`), ContentType: "application/json",
+		Headers: map[string]string{"X-Request-Id": "trace-req-1", "X-Trace": "t-1"},
+	})
+	eventually(t, "both routes delivered", func() bool {
+		return routeStatus(t, s, "billing", "ledger", "req-1").State == webhookd.ForwardDelivered &&
+			routeStatus(t, s, "billing", "audit", "req-1").State == webhookd.ForwardDelivered
+	})
+	for _, tc := range []struct {
+		down                       *downstream
+		route, auth, reqID, xTrace string
+	}{
+		{ledger, "ledger", "Bearer ledger", "trace-req-1", ""},
+		{audit, "audit", "Bearer audit", "", "t-1"},
+	} {
+		all := tc.down.all()
+		if len(all) != 1 {
+			t.Fatalf("%s got %d requests, want 1", tc.route, len(all))
+		}
+		h := all[0].header
+		for k, want := range map[string]string{"Webhook-Route": tc.route, "Webhook-Source": "billing", "Idempotency-Key": "req-1",
+			"Authorization": tc.auth, "X-Request-Id": tc.reqID, "X-Trace": tc.xTrace} {
+			if got := h.Get(k); got != want {
+				t.Errorf("%s: header %s = %q, want %q", tc.route, k, got, want)
+			}
+		}
+		if all[0].body != `{"id":"req-1"}` {
+			t.Errorf("%s: body %q", tc.route, all[0].body)
+		}
+	}
+	if m.count(lt) != 1 || m.count(at) != 1 {
+		t.Errorf("attempts counted %v, want one for each route", m.got)
+	}
+}
+
+// A route whose downstream fails, or hangs, holds up nothing of another
+// route of the same source: the other gets every delivery, each
+// resource's versions in order, while the failing route's entries wait
+// in its own lanes, neither delivered nor dead-lettered.
+func TestFailingRouteHoldsUpNoOtherRoute(t *testing.T) {
+	for _, failure := range []string{"503", "hang"} {
+		t.Run(failure, func(t *testing.T) {
+			s := openStore(t, t.TempDir())
+			hang := make(chan struct{})
+			bad := newDownstream(t, func(*http.Request, int) int {
+				if failure == "hang" {
+					<-hang
+				}
+				return http.StatusServiceUnavailable
+			})
+			good := newDownstream(t, nil)
+			br := route(bad.URL)
+			br.Timeout, br.Policy.MaxAttempts = time.Minute, 1000
+			start(t, s, map[forward.Target]sender.Route{
+				{Source: "billing", Route: "audit"}:  br,
+				{Source: "billing", Route: "ledger"}: route(good.URL),
+			})
+			t.Cleanup(func() { close(hang) }) // before the forwarder closes
+			const resources, versions = 4, 10
+			for v := 1; v <= versions; v++ {
+				for r := range resources {
+					id := fmt.Sprintf("sub_%d-v%d", r, v)
+					if d := acceptTo(t, s, "billing", []string{"audit", "ledger"}, id, fmt.Sprintf("sub_%d", r), v); d != webhookd.Accepted {
+						t.Fatalf("%s: %s", id, d)
+					}
+				}
+			}
+			eventually(t, "the good route delivered everything", func() bool { return len(good.delivered()) == resources*versions })
+			last := map[string]int{}
+			for _, a := range good.delivered() {
+				res := a.header.Get("Webhook-Resource")
+				if a.version != last[res]+1 {
+					t.Errorf("%s: version %d arrived after %d", res, a.version, last[res])
+				}
+				last[res] = a.version
+			}
+			if n := len(bad.delivered()); n != 0 {
+				t.Errorf("the failing route delivered %d", n)
+			}
+			if p := pending(t, s)[forward.Target{Source: "billing", Route: "audit"}]; p != resources*versions {
+				t.Errorf("the failing route has %d pending, want %d", p, resources*versions)
+			}
+			dead, err := s.DeadLetters(ctx, forward.Target{Source: "billing"})
+			if err != nil || len(dead) != 0 {
+				t.Errorf("dead letters = %+v, %v; want none", dead, err)
+			}
+			for r := range resources {
+				id := fmt.Sprintf("sub_%d-v%d", r, versions)
+				if st := routeStatus(t, s, "billing", "ledger", id).State; st != webhookd.ForwardDelivered {
+					t.Errorf("%s on ledger: %s, want delivered", id, st)
+				}
+				if st := routeStatus(t, s, "billing", "audit", id).State; st != webhookd.ForwardPending {
+					t.Errorf("%s on audit: %s, want pending behind its lane's head", id, st)
+				}
+			}
+		})
 	}
 }

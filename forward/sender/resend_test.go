@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
 )
 
@@ -60,7 +61,7 @@ func TestEverySendIsACountedAttempt(t *testing.T) {
 		}
 	}()
 	s := openStore(t, t.TempDir())
-	start(t, s, map[string]sender.Route{"billing": route("http://" + ln.Addr().String())})
+	start(t, s, map[forward.Target]sender.Route{target("billing"): route("http://" + ln.Addr().String())})
 	acceptRaw(t, s, "req-1", "application/json", "{}")
 	eventually(t, "delivered", delivered(t, s, "req-1"))
 	mu.Lock()
@@ -68,7 +69,7 @@ func TestEverySendIsACountedAttempt(t *testing.T) {
 	if want := []string{"1", "2", "3"}; !slices.Equal(attempts, want) {
 		t.Errorf("Webhook-Attempt of each request received: %v, want %v", attempts, want)
 	}
-	if f := receipt(t, s, "billing", "req-1").Forward; f.Attempts != len(attempts) {
+	if f := status(t, s, "billing", "req-1"); f.Attempts != len(attempts) {
 		t.Errorf("forward status = %+v, want %d attempts, one per request received", f, len(attempts))
 	}
 }

@@ -8,10 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,12 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
-	"github.com/webhookd/webhookd/forward/sender"
 	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/versioning"
 )
@@ -63,11 +57,20 @@ func Run(t *testing.T, open Open) {
 		{"SettleIsIdempotent", testSettleIdempotent},
 		{"PayloadGoneIsDeadLettered", testPayloadGone},
 		{"PayloadExpiresWhileWaiting", testPayloadExpiresWhileWaiting},
-		{"CountsBySource", testCountsBySource},
+		{"CountsByTarget", testCountsByTarget},
 		{"NotifiedOfNewEntries", testNotify},
 		{"RedeliverRetryDiscard", testRepairs},
 		{"DurableAcrossReopen", testDurable},
 		{"TwoForwarders", testTwoForwarders},
+		{"FanOutInTheDecisionsTransaction", testFanOut},
+		{"RouteStatusesSettleApart", testRouteStatuses},
+		{"UnroutedIsAcceptedWithoutEntries", testUnrouted},
+		{"LanesPerRoute", testLanesPerRoute},
+		{"DeadLetterOfOneRouteBlocksNoOther", testDeadLetterPerRoute},
+		{"SupersedePerRoute", testSupersedePerRoute},
+		{"ListsByTarget", testListsByTarget},
+		{"RetryAndDiscardByRoute", testRepairsByRoute},
+		{"RedeliverPerRoute", testRedeliverPerRoute},
 	} {
 		// Each case opens backends on directories of its own, which a
 		// backend that keeps its data elsewhere maps to a database or
@@ -102,7 +105,14 @@ func (c *Clock) Advance(d time.Duration) {
 
 var ctx = context.Background()
 
-const source = "billing"
+// source forwards to route unless a test names its routes: the cases
+// that are not about routes have one.
+const (
+	source = "billing"
+	route  = "ledger"
+)
+
+var target = forward.Target{Source: source, Route: route}
 
 type fixture struct {
 	t     *testing.T
@@ -127,11 +137,13 @@ func (f *fixture) reopen() {
 	f.b = f.open(f.t, f.cfg)
 }
 
-// delivery is a forwarded delivery of requestID; version 0 is none.
+// delivery is a delivery of requestID forwarded to route; version 0 is
+// none.
 func (f *fixture) delivery(requestID, resource string, version uint64, body string) webhookd.Delivery {
 	d := webhookd.Delivery{
 		Source: source, RequestID: requestID, DeliveryID: "d-" + requestID, Resource: resource,
-		Fingerprint: "sha-" + body, ReceivedAt: f.clock.Now(), Forward: true, Body: []byte(body), ContentType: "application/json",
+		Fingerprint: "sha-" + body, ReceivedAt: f.clock.Now(), Forward: true, Routes: []string{route},
+		Body: []byte(body), ContentType: "application/json",
 	}
 	if version > 0 {
 		d.Version, d.VersionOrder = strconv.FormatUint(version, 10), version
@@ -155,6 +167,16 @@ func (f *fixture) accept(requestID, resource string, version uint64) {
 	}
 }
 
+// acceptOn accepts requestID, forwarded to routes.
+func (f *fixture) acceptOn(requestID, resource string, version uint64, routes ...string) {
+	f.t.Helper()
+	d := f.delivery(requestID, resource, version, `{"id":"`+requestID+`"}`)
+	d.Routes = routes
+	if out := f.decide(d); out.Decision != webhookd.Accepted {
+		f.t.Fatalf("%s: %s, want accepted", requestID, out.Decision)
+	}
+}
+
 func (f *fixture) receipt(requestID string) *dedupe.Receipt {
 	f.t.Helper()
 	r, err := f.b.Receipt(ctx, source, requestID)
@@ -166,11 +188,27 @@ func (f *fixture) receipt(requestID string) *dedupe.Receipt {
 
 func (f *fixture) claim(owner string, n int, lease time.Duration) []forward.Claim {
 	f.t.Helper()
-	claims, err := f.b.Claim(ctx, owner, source, n, lease)
+	return f.claimOn(route, owner, n, lease)
+}
+
+// claimOn claims on one route of source.
+func (f *fixture) claimOn(route, owner string, n int, lease time.Duration) []forward.Claim {
+	f.t.Helper()
+	claims, err := f.b.Claim(ctx, owner, forward.Target{Source: source, Route: route}, n, lease)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return claims
+}
+
+// status is the forward status of requestID's receipt on route; its State
+// is empty when the request was not forwarded there.
+func (f *fixture) status(requestID, route string) webhookd.ForwardStatus {
+	f.t.Helper()
+	if rs := f.receipt(requestID).Route(route); rs != nil {
+		return rs.ForwardStatus
+	}
+	return webhookd.ForwardStatus{}
 }
 
 func (f *fixture) settle(c forward.Claim, state webhookd.ForwardState) {
@@ -222,8 +260,8 @@ func testDecisionMatrix(t *testing.T, open Open) {
 		if out.Decision != s.want || out.LatestVersion != s.latest {
 			t.Errorf("step %d, %s: %+v, want %s with latest %q", i, s.d.RequestID, out, s.want, s.latest)
 		}
-		if r := f.receipt(s.d.RequestID); (r.Forward.State == webhookd.ForwardPending) != s.pending {
-			t.Errorf("step %d, %s: forward %s, pending %v", i, s.d.RequestID, r.Forward.State, s.pending)
+		if st := f.status(s.d.RequestID, route).State; (st == webhookd.ForwardPending) != s.pending {
+			t.Errorf("step %d, %s: forward %q, pending %v", i, s.d.RequestID, st, s.pending)
 		}
 	}
 	if r := f.receipt("plain"); r.Decision != webhookd.Accepted || r.Attempts != 3 || len(r.Deliveries) != 3 || r.Deliveries[2].Decision != webhookd.Conflict {
@@ -239,14 +277,14 @@ func testDecisionMatrix(t *testing.T, open Open) {
 	wantCode(t, "latest of an unknown resource", err, webhookd.ENOTFOUND)
 	_, err = f.b.Receipt(ctx, source, "never")
 	wantCode(t, "receipt of an unknown request", err, webhookd.ENOTFOUND)
-	entries, err := f.b.Outbox(ctx, source)
+	entries, err := f.b.Outbox(ctx, forward.Target{Source: source})
 	if err != nil || len(entries) != 3 {
 		t.Errorf("outbox %+v, %v; want the three accepted", entries, err)
 	}
 	unforwarded := f.delivery("quiet", "", 0, "q")
-	unforwarded.Forward = false
+	unforwarded.Forward, unforwarded.Routes = false, nil
 	f.decide(unforwarded)
-	if r := f.receipt("quiet"); r.Decision != webhookd.Accepted || r.Forward.State != webhookd.ForwardNone {
+	if r := f.receipt("quiet"); r.Decision != webhookd.Accepted || len(r.Routes) != 0 || r.Unrouted {
 		t.Errorf("unforwarded receipt %+v", r)
 	}
 }
@@ -277,7 +315,7 @@ func testConcurrentDeliveriesAcceptOnce(t *testing.T, open Open) {
 	if r := f.receipt("req-1"); r.Attempts != 200 {
 		t.Errorf("receipt counts %d deliveries, want 200", r.Attempts)
 	}
-	if entries, _ := f.b.Outbox(ctx, ""); len(entries) != 1 {
+	if entries, _ := f.b.Outbox(ctx, forward.Target{}); len(entries) != 1 {
 		t.Errorf("outbox holds %d entries, want 1", len(entries))
 	}
 }
@@ -307,7 +345,7 @@ func testConcurrentVersions(t *testing.T, open Open) {
 		t.Fatalf("latest %+v, %v; want version 100", l, err)
 	}
 	// Accepted versions are the outbox's lane, in order.
-	entries, err := f.b.Outbox(ctx, source)
+	entries, err := f.b.Outbox(ctx, forward.Target{Source: source})
 	if err != nil || len(entries) != len(accepted) {
 		t.Fatalf("outbox %d entries, %v; %d accepted", len(entries), err, len(accepted))
 	}
@@ -413,7 +451,7 @@ func testFailedCommitWritesNothing(t *testing.T, open Open) {
 	if l, err := f.b.Latest(ctx, source, "sub"); err != nil || l.Version != "1" {
 		t.Errorf("latest after the failed decision: %+v, %v; want 1", l, err)
 	}
-	if entries, err := f.b.Outbox(ctx, source); err != nil || len(entries) != 1 || entries[0].RequestID != "before" {
+	if entries, err := f.b.Outbox(ctx, forward.Target{Source: source}); err != nil || len(entries) != 1 || entries[0].RequestID != "before" {
 		t.Errorf("outbox after the failed decision: %+v, %v", entries, err)
 	}
 	f.accept("lost", "sub", 2)
@@ -436,7 +474,7 @@ func testReadiness(t *testing.T, open Open) {
 	wantCode(t, "Ready after Close", f.b.Ready(), webhookd.EUNAVAILABLE)
 	_, err := f.b.Decide(ctx, f.delivery("req-2", "", 0, "2"))
 	wantCode(t, "Decide after Close", err, webhookd.EUNAVAILABLE)
-	_, err = f.b.Claim(ctx, "a", source, 1, time.Minute)
+	_, err = f.b.Claim(ctx, "a", target, 1, time.Minute)
 	wantCode(t, "Claim after Close", err, webhookd.EUNAVAILABLE)
 }
 
@@ -511,7 +549,7 @@ func testLanes(t *testing.T, open Open) {
 	if more := f.claim("two", 10, time.Minute); len(more) != 0 {
 		t.Fatalf("claimed %v while every head was claimed", ids(more))
 	}
-	if n, err := f.b.Pending(ctx); err != nil || n[source] != 6 {
+	if n, err := f.b.Pending(ctx); err != nil || n[target] != 6 {
 		t.Errorf("pending %v, %v; want 6", n, err)
 	}
 	f.settle(claims[0], webhookd.ForwardDelivered)
@@ -532,8 +570,8 @@ func testLanes(t *testing.T, open Open) {
 	if got := ids(f.claim("two", 10, time.Minute)); !slices.Equal(got, []string{"a3"}) {
 		t.Errorf("claimed %v, want a3", got)
 	}
-	if r := f.receipt("a2"); r.Forward.State != webhookd.ForwardSuperseded {
-		t.Errorf("a2: %+v", r.Forward)
+	if st := f.status("a2", route); st.State != webhookd.ForwardSuperseded {
+		t.Errorf("a2: %+v", st)
 	}
 }
 
@@ -563,7 +601,7 @@ func testLeaseExpiry(t *testing.T, open Open) {
 	c := f.claim("c", 1, time.Second)
 	f.clock.Advance(time.Hour)
 	f.settle(c[0], webhookd.ForwardDelivered)
-	if entries, _ := f.b.Outbox(ctx, ""); len(entries) != 0 {
+	if entries, _ := f.b.Outbox(ctx, forward.Target{}); len(entries) != 0 {
 		t.Errorf("outbox holds %d entries", len(entries))
 	}
 }
@@ -580,12 +618,12 @@ func testSettleIdempotent(t *testing.T, open Open) {
 		f.settle(c, states[i])
 	}
 	for i, c := range claims {
-		if r := f.receipt(c.RequestID); r.Forward.State != states[i] || r.Forward.Attempts != 1 {
-			t.Errorf("%s: %+v, want %s after one attempt", c.RequestID, r.Forward, states[i])
+		if st := f.status(c.RequestID, route); st.State != states[i] || st.Attempts != 1 {
+			t.Errorf("%s: %+v, want %s after one attempt", c.RequestID, st, states[i])
 		}
 	}
-	entries, _ := f.b.Outbox(ctx, "")
-	dead, _ := f.b.DeadLetters(ctx, "")
+	entries, _ := f.b.Outbox(ctx, forward.Target{})
+	dead, _ := f.b.DeadLetters(ctx, forward.Target{})
 	if len(entries) != 1 || entries[0].RequestID != "req-2" || entries[0].Attempts != 1 || len(dead) != 1 || dead[0].RequestID != "req-3" {
 		t.Errorf("outbox %+v, dead letters %+v", entries, dead)
 	}
@@ -596,8 +634,8 @@ func testSettleIdempotent(t *testing.T, open Open) {
 	}
 	f.settle(claims[1], webhookd.ForwardRetrying) // a's first claim, settled already: nothing happens
 	f.settle(again[0], webhookd.ForwardDelivered)
-	if r := f.receipt("req-2"); r.Forward.State != webhookd.ForwardDelivered || r.Forward.Attempts != 2 {
-		t.Errorf("req-2: %+v", r.Forward)
+	if st := f.status("req-2", route); st.State != webhookd.ForwardDelivered || st.Attempts != 2 {
+		t.Errorf("req-2: %+v", st)
 	}
 }
 
@@ -614,11 +652,11 @@ func testPayloadGone(t *testing.T, open Open) {
 	if err := f.b.Settle(ctx, c, forward.Result{State: webhookd.ForwardDead, Error: "payload expired", At: f.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	dead, err := f.b.DeadLetters(ctx, source)
+	dead, err := f.b.DeadLetters(ctx, target)
 	if err != nil || len(dead) != 1 || !dead[0].BodyLost {
 		t.Fatalf("dead letters %+v, %v; want one with its body lost", dead, err)
 	}
-	wantCode(t, "retrying a dead letter without a body", f.b.RetryDeadLetter(ctx, source, "req-1"), webhookd.ECONFLICT)
+	wantCode(t, "retrying a dead letter without a body", f.b.RetryDeadLetter(ctx, target, "req-1"), webhookd.ECONFLICT)
 
 	// One sent with its body before the payload expired keeps that body.
 	f.accept("req-2", "", 0)
@@ -627,7 +665,7 @@ func testPayloadGone(t *testing.T, open Open) {
 	if err := f.b.Settle(ctx, sent[0], forward.Result{State: webhookd.ForwardDead, Attempts: 1, Status: 400, At: f.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.b.RetryDeadLetter(ctx, source, "req-2"); err != nil {
+	if err := f.b.RetryDeadLetter(ctx, target, "req-2"); err != nil {
 		t.Fatalf("retrying a dead letter with its body: %v", err)
 	}
 	again := f.claim("a", 1, time.Minute)
@@ -660,7 +698,7 @@ func testPayloadExpiresWhileWaiting(t *testing.T, open Open) {
 	if err := f.b.Settle(ctx, claims[0], forward.Result{State: webhookd.ForwardDead, Error: "payload expired", At: f.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if dead, err := f.b.DeadLetters(ctx, source); err != nil || len(dead) != 1 || !dead[0].BodyLost {
+	if dead, err := f.b.DeadLetters(ctx, target); err != nil || len(dead) != 1 || !dead[0].BodyLost {
 		t.Errorf("dead letters %+v, %v; want one with its body lost", dead, err)
 	}
 }
@@ -684,103 +722,107 @@ func testNotify(t *testing.T, open Open) {
 	}
 }
 
-// testCountsBySource checks Pending and DeadLetterCounts, which metrics
-// read: by source, a source with none absent.
-func testCountsBySource(t *testing.T, open Open) {
+// testCountsByTarget checks Pending and DeadLetterCounts, which metrics
+// read: by target (source and route), a target with none absent.
+func testCountsByTarget(t *testing.T, open Open) {
 	f := newFixture(t, open)
-	accept := func(src, requestID string) {
+	accept := func(src, requestID string, routes ...string) {
 		t.Helper()
 		d := f.delivery(requestID, "", 0, requestID)
-		d.Source = src
+		d.Source, d.Routes = src, routes
 		if out := f.decide(d); out.Decision != webhookd.Accepted {
 			t.Fatalf("%s/%s: %s, want accepted", src, requestID, out.Decision)
 		}
 	}
-	counts := func(what string, get func() (map[string]int, error), want map[string]int) {
+	counts := func(what string, get func() (map[forward.Target]int, error), want map[forward.Target]int) {
 		t.Helper()
 		got, err := get()
 		if err != nil || !maps.Equal(got, want) {
 			t.Errorf("%s: %v, %v; want %v", what, got, err, want)
 		}
 	}
-	pending := func() (map[string]int, error) { return f.b.Pending(ctx) }
-	counts("pending when empty", pending, map[string]int{})
-	counts("dead letters when empty", f.b.DeadLetterCounts, map[string]int{})
-	for _, id := range []string{"a", "b", "c"} {
-		accept(source, id)
+	pending := func() (map[forward.Target]int, error) { return f.b.Pending(ctx) }
+	a, b := forward.Target{Source: source, Route: "a"}, forward.Target{Source: source, Route: "b"}
+	shipping := forward.Target{Source: "shipping", Route: "a"}
+	counts("pending when empty", pending, map[forward.Target]int{})
+	counts("dead letters when empty", f.b.DeadLetterCounts, map[forward.Target]int{})
+	for _, id := range []string{"x", "y", "z"} {
+		accept(source, id, "a", "b")
 	}
-	accept("shipping", "s")
-	counts("pending", pending, map[string]int{source: 3, "shipping": 1})
-	for _, c := range f.claim("x", 2, time.Minute) {
+	accept(source, "only-b", "b")
+	accept("shipping", "s", "a")
+	counts("pending", pending, map[forward.Target]int{a: 3, b: 4, shipping: 1})
+	for _, c := range f.claimOn("a", "w", 2, time.Minute) {
 		f.settle(c, webhookd.ForwardDead)
 	}
-	claims, err := f.b.Claim(ctx, "x", "shipping", 1, time.Minute)
+	claims, err := f.b.Claim(ctx, "w", shipping, 1, time.Minute)
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim shipping: %+v, %v", claims, err)
 	}
 	f.settle(claims[0], webhookd.ForwardDelivered)
-	counts("pending after settling", pending, map[string]int{source: 1})
-	counts("dead letters", f.b.DeadLetterCounts, map[string]int{source: 2})
-	if err := f.b.DiscardDeadLetter(ctx, source, "a"); err != nil {
+	counts("pending after settling", pending, map[forward.Target]int{a: 1, b: 4})
+	counts("dead letters", f.b.DeadLetterCounts, map[forward.Target]int{a: 2})
+	if err := f.b.DiscardDeadLetter(ctx, a, "x"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.b.RetryDeadLetter(ctx, source, "b"); err != nil {
+	if err := f.b.RetryDeadLetter(ctx, a, "y"); err != nil {
 		t.Fatal(err)
 	}
-	counts("dead letters after discard and retry", f.b.DeadLetterCounts, map[string]int{})
-	counts("pending after retry", pending, map[string]int{source: 2})
+	counts("dead letters after discard and retry", f.b.DeadLetterCounts, map[forward.Target]int{})
+	counts("pending after retry", pending, map[forward.Target]int{a: 2, b: 4})
 }
 
 func testRepairs(t *testing.T, open Open) {
 	f := newFixture(t, open)
 	f.accept("v1", "sub", 1)
-	wantCode(t, "redeliver pending", f.b.Redeliver(ctx, source, "v1"), webhookd.ECONFLICT)
-	wantCode(t, "redeliver unknown", f.b.Redeliver(ctx, source, "never"), webhookd.ENOTFOUND)
+	wantCode(t, "redeliver pending", f.b.Redeliver(ctx, source, "v1", route), webhookd.ECONFLICT)
+	wantCode(t, "redeliver unknown", f.b.Redeliver(ctx, source, "never", route), webhookd.ENOTFOUND)
 	f.settle(f.claim("a", 1, time.Minute)[0], webhookd.ForwardDelivered)
-	if err := f.b.Redeliver(ctx, source, "v1"); err != nil {
+	if err := f.b.Redeliver(ctx, source, "v1", route); err != nil {
 		t.Fatalf("redeliver delivered: %v", err)
 	}
-	if r := f.receipt("v1"); r.Forward.State != webhookd.ForwardPending {
-		t.Errorf("after redeliver: %+v", r.Forward)
+	if st := f.status("v1", route); st.State != webhookd.ForwardPending {
+		t.Errorf("after redeliver: %+v", st)
 	}
 	f.settle(f.claim("a", 1, time.Minute)[0], webhookd.ForwardDelivered)
 	f.accept("v2", "sub", 2)
-	wantCode(t, "redeliver an older version", f.b.Redeliver(ctx, source, "v1"), webhookd.ECONFLICT)
+	wantCode(t, "redeliver an older version", f.b.Redeliver(ctx, source, "v1", route), webhookd.ECONFLICT)
 	stale := f.delivery("v0", "sub", 1, "0")
 	f.decide(stale)
-	wantCode(t, "redeliver stale", f.b.Redeliver(ctx, source, "v0"), webhookd.ECONFLICT)
+	wantCode(t, "redeliver stale", f.b.Redeliver(ctx, source, "v0", route), webhookd.ECONFLICT)
 	quiet := f.delivery("quiet", "", 0, "q")
-	quiet.Forward = false
+	quiet.Forward, quiet.Routes = false, nil
 	f.decide(quiet)
-	wantCode(t, "redeliver unforwarded", f.b.Redeliver(ctx, source, "quiet"), webhookd.ECONFLICT)
+	wantCode(t, "redeliver unforwarded", f.b.Redeliver(ctx, source, "quiet", ""), webhookd.ECONFLICT)
+	wantCode(t, "redeliver unforwarded to a route", f.b.Redeliver(ctx, source, "quiet", route), webhookd.ENOTFOUND)
 
 	f.settle(f.claim("a", 1, time.Minute)[0], webhookd.ForwardDead) // v2
-	wantCode(t, "redeliver a dead letter", f.b.Redeliver(ctx, source, "v2"), webhookd.ECONFLICT)
-	wantCode(t, "retry unknown", f.b.RetryDeadLetter(ctx, source, "never"), webhookd.ENOTFOUND)
-	wantCode(t, "discard unknown", f.b.DiscardDeadLetter(ctx, source, "never"), webhookd.ENOTFOUND)
-	if err := f.b.RetryDeadLetter(ctx, source, "v2"); err != nil {
+	wantCode(t, "redeliver a dead letter", f.b.Redeliver(ctx, source, "v2", route), webhookd.ECONFLICT)
+	wantCode(t, "retry unknown", f.b.RetryDeadLetter(ctx, target, "never"), webhookd.ENOTFOUND)
+	wantCode(t, "discard unknown", f.b.DiscardDeadLetter(ctx, target, "never"), webhookd.ENOTFOUND)
+	if err := f.b.RetryDeadLetter(ctx, target, "v2"); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
-	if r := f.receipt("v2"); r.Forward.State != webhookd.ForwardPending {
-		t.Errorf("after retry: %+v", r.Forward)
+	if st := f.status("v2", route); st.State != webhookd.ForwardPending {
+		t.Errorf("after retry: %+v", st)
 	}
 	c := f.claim("a", 1, time.Minute)
 	if len(c) != 1 || c[0].RequestID != "v2" || c[0].Attempts != 0 {
 		t.Fatalf("after retry, claimed %+v", c)
 	}
 	f.settle(c[0], webhookd.ForwardDead)
-	if err := f.b.DiscardDeadLetter(ctx, source, "v2"); err != nil {
+	if err := f.b.DiscardDeadLetter(ctx, target, "v2"); err != nil {
 		t.Fatal(err)
 	}
-	if r := f.receipt("v2"); r.Forward.State != webhookd.ForwardDiscarded || r.Forward.Attempts != 1 {
-		t.Errorf("after discard: %+v", r.Forward)
+	if st := f.status("v2", route); st.State != webhookd.ForwardDiscarded || st.Attempts != 1 {
+		t.Errorf("after discard: %+v", st)
 	}
-	if dead, _ := f.b.DeadLetters(ctx, ""); len(dead) != 0 {
+	if dead, _ := f.b.DeadLetters(ctx, forward.Target{}); len(dead) != 0 {
 		t.Errorf("dead letters after discard: %+v", dead)
 	}
 	// Discarding ends the attempts only: the receipt keeps the payload, and
 	// a redelivery sends it again.
-	if err := f.b.Redeliver(ctx, source, "v2"); err != nil {
+	if err := f.b.Redeliver(ctx, source, "v2", route); err != nil {
 		t.Fatalf("redeliver after discard: %v", err)
 	}
 	if again := f.claim("a", 1, time.Minute); len(again) != 1 || again[0].RequestID != "v2" || string(again[0].Body) != `{"id":"v2"}` {
@@ -797,13 +839,13 @@ func testDurable(t *testing.T, open Open) {
 	f.settle(claims[0], webhookd.ForwardDelivered) // v1
 	f.settle(claims[1], webhookd.ForwardDead)      // x
 	f.reopen()
-	if r := f.receipt("v1"); r.Forward.State != webhookd.ForwardDelivered {
-		t.Errorf("v1 after reopen: %+v", r.Forward)
+	if st := f.status("v1", route); st.State != webhookd.ForwardDelivered {
+		t.Errorf("v1 after reopen: %+v", st)
 	}
 	if l, err := f.b.Latest(ctx, source, "sub"); err != nil || l.Version != "2" {
 		t.Errorf("latest after reopen: %+v, %v", l, err)
 	}
-	if dead, _ := f.b.DeadLetters(ctx, ""); len(dead) != 1 || dead[0].RequestID != "x" {
+	if dead, _ := f.b.DeadLetters(ctx, forward.Target{}); len(dead) != 1 || dead[0].RequestID != "x" {
 		t.Errorf("dead letters after reopen: %+v", dead)
 	}
 	// Reopening ends every claim.
@@ -815,40 +857,74 @@ func testDurable(t *testing.T, open Open) {
 	}
 }
 
+// testTwoForwarders runs two owners claiming and settling on two routes
+// at once, as two forwarders do, route b taking the even resources only:
+// each route gets each of its resources' versions once delivered, in
+// order, and never two of one lane at a time.
 func testTwoForwarders(t *testing.T, open Open) {
 	b := open(t, Config{Dir: t.TempDir(), Now: time.Now, ReceiptTTL: time.Hour})
+	type lane struct{ route, resource string }
 	var mu sync.Mutex
-	got := make(map[string][]int)
+	sent := make(map[lane][]int)
+	inFlight := make(map[lane]bool)
 	var calls atomic.Int32
-	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		if calls.Add(1)%7 == 0 {
-			w.WriteHeader(http.StatusServiceUnavailable) // some retries
-			return
-		}
-		v, _ := strconv.Atoi(r.Header.Get("Webhook-Version"))
+	send := func(owner string, tg forward.Target, c forward.Claim) {
+		l := lane{tg.Route, c.Resource}
+		v, _ := strconv.Atoi(c.Version)
 		mu.Lock()
-		got[r.Header.Get("Webhook-Resource")] = append(got[r.Header.Get("Webhook-Resource")], v)
-		mu.Unlock()
-	}))
-	defer down.Close()
-	route := sender.Route{URL: down.URL, Timeout: 5 * time.Second, Concurrency: 4,
-		Policy: forward.RetryPolicy{MaxAttempts: 100, Initial: time.Millisecond, Max: 10 * time.Millisecond}}
-	var fwds []*sender.Forwarder
-	for i := range 2 {
-		fw := sender.New(b, map[string]sender.Route{source: route}, zap.NewNop())
-		fw.Owner, fw.PollInterval = fmt.Sprint("forwarder-", i), 20*time.Millisecond
-		if err := fw.Open(); err != nil {
-			t.Fatal(err)
+		if inFlight[l] {
+			t.Errorf("%s claimed %s/%s while another claim of its lane was out", owner, tg, c.RequestID)
 		}
-		fwds = append(fwds, fw)
+		inFlight[l] = true
+		sent[l] = append(sent[l], v)
+		mu.Unlock()
+		r := forward.Result{State: webhookd.ForwardDelivered, Attempts: c.Attempts + 1, Status: 200, At: time.Now()}
+		if calls.Add(1)%7 == 0 { // some retries
+			r.State, r.Status, r.NextAttemptAt = webhookd.ForwardRetrying, 503, time.Now().Add(time.Millisecond)
+		}
+		mu.Lock()
+		delete(inFlight, l)
+		mu.Unlock()
+		if err := b.Settle(ctx, c, r); err != nil {
+			t.Errorf("%s settles %s/%s: %v", owner, tg, c.RequestID, err)
+		}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 2 {
+		for _, rt := range []string{"a", "b"} {
+			owner, tg := fmt.Sprint("forwarder-", i), forward.Target{Source: source, Route: rt}
+			wg.Go(func() {
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					claims, err := b.Claim(ctx, owner, tg, 4, time.Minute)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for _, c := range claims {
+						send(owner, tg, c)
+					}
+					if len(claims) == 0 {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			})
+		}
 	}
 	const resources, versions = 5, 20
 	for v := 1; v <= versions; v++ {
 		for r := range resources {
 			d := webhookd.Delivery{Source: source, RequestID: fmt.Sprintf("r%d-v%d", r, v), Resource: fmt.Sprint("res-", r),
 				Version: strconv.Itoa(v), VersionOrder: uint64(v), Fingerprint: fmt.Sprint(r, v), ReceivedAt: time.Now(),
-				Forward: true, Body: []byte("{}")}
+				Forward: true, Routes: []string{"a"}, Body: []byte("{}")}
+			if r%2 == 0 {
+				d.Routes = append(d.Routes, "b")
+			}
 			if out, err := b.Decide(ctx, d); err != nil || out.Decision != webhookd.Accepted {
 				t.Fatalf("%s: %+v, %v", d.RequestID, out, err)
 			}
@@ -860,26 +936,367 @@ func testTwoForwarders(t *testing.T, open Open) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n[source] == 0 {
+		if len(n) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d entries still pending", n[source])
+			t.Fatalf("entries still pending: %v", n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, fw := range fwds {
-		fw.Close(ctx)
-	}
+	close(done)
+	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
 	for r := range resources {
-		seen := got[fmt.Sprint("res-", r)]
-		if !slices.IsSorted(seen) {
-			t.Errorf("res-%d arrived as %v, out of order", r, seen)
-		}
-		if len(slices.Compact(slices.Clone(seen))) != versions {
-			t.Errorf("res-%d: %d distinct versions delivered, want %d", r, len(slices.Compact(slices.Clone(seen))), versions)
+		for _, rt := range []string{"a", "b"} {
+			seen := sent[lane{rt, fmt.Sprint("res-", r)}]
+			want := versions
+			if rt == "b" && r%2 != 0 {
+				want = 0
+			}
+			if !slices.IsSorted(seen) {
+				t.Errorf("route %s, res-%d sent as %v, out of order", rt, r, seen)
+			}
+			if got := len(slices.Compact(slices.Clone(seen))); got != want {
+				t.Errorf("route %s, res-%d: %d distinct versions sent, want %d", rt, r, got, want)
+			}
 		}
 	}
+}
+
+// routed lists entries as route/request ID.
+func routed(entries []forward.Entry) []string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Route+"/"+e.RequestID)
+	}
+	return out
+}
+
+// wantStates checks requestID's forward state on routes a and b.
+func (f *fixture) wantStates(step, requestID string, a, b webhookd.ForwardState) {
+	f.t.Helper()
+	if got := [2]webhookd.ForwardState{f.status(requestID, "a").State, f.status(requestID, "b").State}; got != [2]webhookd.ForwardState{a, b} {
+		f.t.Errorf("%s: %s on routes a and b is %v, want %s and %s", step, requestID, got, a, b)
+	}
+}
+
+// testFanOut checks that a delivery's entries, one per route with the
+// shared body, are written in its decision's transaction: a failed
+// commit leaves no entry of any route.
+func testFanOut(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	var fail atomic.Bool
+	f.cfg.FailCommit = fail.Load
+	f.reopen()
+	f.acceptOn("both", "sub", 1, "a", "b")
+	entries, err := f.b.Outbox(ctx, forward.Target{Source: source})
+	if got := routed(entries); err != nil || !slices.Equal(got, []string{"a/both", "b/both"}) {
+		t.Fatalf("outbox %v, %v; want an entry of both on a, then b", got, err)
+	}
+	for _, rt := range []string{"a", "b"} {
+		c := f.claimOn(rt, "w", 10, time.Minute)
+		if len(c) != 1 || c[0].Route != rt || c[0].RequestID != "both" || string(c[0].Body) != `{"id":"both"}` || c[0].Version != "1" {
+			t.Errorf("claimed on %s: %+v, want both with its body", rt, c)
+		}
+	}
+	pending := webhookd.ForwardStatus{State: webhookd.ForwardPending}
+	want := []webhookd.RouteStatus{{Route: "a", ForwardStatus: pending}, {Route: "b", ForwardStatus: pending}}
+	if r := f.receipt("both"); !slices.Equal(r.Routes, want) || r.Unrouted {
+		t.Errorf("receipt routes %+v (unrouted %v), want %+v", r.Routes, r.Unrouted, want)
+	}
+
+	fail.Store(true)
+	lost := f.delivery("lost", "sub", 2, "2")
+	lost.Routes = []string{"a", "b"}
+	if _, err := f.b.Decide(ctx, lost); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
+		t.Fatalf("Decide with a failing commit: %v, want unavailable", err)
+	}
+	fail.Store(false)
+	f.reopen()
+	_, err = f.b.Receipt(ctx, source, "lost")
+	wantCode(t, "receipt of the failed decision", err, webhookd.ENOTFOUND)
+	entries, err = f.b.Outbox(ctx, forward.Target{})
+	if got := routed(entries); err != nil || !slices.Equal(got, []string{"a/both", "b/both"}) {
+		t.Errorf("outbox after the failed decision: %v, %v; want both's entries only", got, err)
+	}
+	a, b := forward.Target{Source: source, Route: "a"}, forward.Target{Source: source, Route: "b"}
+	if n, err := f.b.Pending(ctx); err != nil || !maps.Equal(n, map[forward.Target]int{a: 1, b: 1}) {
+		t.Errorf("pending after the failed decision: %v, %v", n, err)
+	}
+}
+
+// testRouteStatuses checks that a receipt's routes are pending at first,
+// then each settles on its own, and that a redelivery of the request ID
+// keeps every route's status for as long as the receipt it extends.
+func testRouteStatuses(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	f.acceptOn("r", "", 0, "a", "b")
+	f.wantStates("accepted", "r", webhookd.ForwardPending, webhookd.ForwardPending)
+	ca, cb := f.claimOn("a", "w", 1, time.Minute), f.claimOn("b", "w", 1, time.Minute)
+	if len(ca) != 1 || len(cb) != 1 {
+		t.Fatalf("claimed %v on a, %v on b", ids(ca), ids(cb))
+	}
+	f.settle(ca[0], webhookd.ForwardDelivered)
+	f.wantStates("a delivered", "r", webhookd.ForwardDelivered, webhookd.ForwardPending)
+	if st := f.status("r", "a"); st.Attempts != 1 || st.LastStatus != 200 || st.DeliveredAt == nil {
+		t.Errorf("a delivered: %+v", st)
+	}
+	f.settle(cb[0], webhookd.ForwardDead)
+	f.wantStates("b dead", "r", webhookd.ForwardDelivered, webhookd.ForwardDead)
+
+	f.clock.Advance(f.cfg.ReceiptTTL - time.Minute)
+	d := f.delivery("r", "", 0, `{"id":"r"}`)
+	d.Routes = []string{"a", "b"}
+	if out := f.decide(d); out.Decision != webhookd.Duplicate {
+		t.Fatalf("redelivery: %s, want duplicate", out.Decision)
+	}
+	f.clock.Advance(2 * time.Minute)
+	f.wantStates("a TTL after settling, within the redelivery's", "r", webhookd.ForwardDelivered, webhookd.ForwardDead)
+	f.reopen()
+	f.wantStates("after reopening", "r", webhookd.ForwardDelivered, webhookd.ForwardDead)
+	if r := f.receipt("r"); len(r.Routes) != 2 || r.Routes[0].Route != "a" || r.Routes[1].Route != "b" {
+		t.Errorf("receipt routes %+v, want a then b", r.Routes)
+	}
+}
+
+// testUnrouted checks an accepted delivery of a forwarding source that
+// matched no route: accepted, its receipt routed nowhere, no entry.
+func testUnrouted(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	d := f.delivery("nowhere", "sub", 1, "n")
+	d.Routes = nil
+	if out := f.decide(d); out.Decision != webhookd.Accepted || out.LatestVersion != "1" {
+		t.Fatalf("unrouted delivery: %+v, want accepted with latest 1", out)
+	}
+	if r := f.receipt("nowhere"); !r.Unrouted || len(r.Routes) != 0 {
+		t.Errorf("receipt routes %+v, unrouted %v; want routed nowhere", r.Routes, r.Unrouted)
+	}
+	if entries, err := f.b.Outbox(ctx, forward.Target{}); err != nil || len(entries) != 0 {
+		t.Errorf("outbox %+v, %v; want empty", entries, err)
+	}
+	if n, err := f.b.Pending(ctx); err != nil || len(n) != 0 {
+		t.Errorf("pending %v, %v; want none", n, err)
+	}
+	wantCode(t, "redeliver an unrouted request", f.b.Redeliver(ctx, source, "nowhere", ""), webhookd.ECONFLICT)
+	if out := f.decide(d); out.Decision != webhookd.Duplicate {
+		t.Errorf("redelivery: %s, want duplicate", out.Decision)
+	}
+	if r := f.receipt("nowhere"); !r.Unrouted || len(r.Routes) != 0 {
+		t.Errorf("after a redelivery, receipt routes %+v, unrouted %v", r.Routes, r.Unrouted)
+	}
+}
+
+// testLanesPerRoute checks that each route has its own lane of a
+// resource: both routes' heads are claimable at once, and a route's next
+// version waits for its own head only.
+func testLanesPerRoute(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	f.acceptOn("v1", "res", 1, "a", "b")
+	f.acceptOn("v2", "res", 2, "a", "b")
+	a := f.claimOn("a", "w", 10, time.Hour)
+	if len(a) != 1 || a[0].RequestID != "v1" || !a[0].Newer {
+		t.Fatalf("claimed on a: %+v, want v1 with a newer entry behind it", a)
+	}
+	b := f.claimOn("b", "w", 10, time.Hour)
+	if len(b) != 1 || b[0].RequestID != "v1" || b[0].Route != "b" {
+		t.Fatalf("claimed on b while a's v1 is out: %+v, want b's v1", b)
+	}
+	if more := f.claimOn("a", "w", 10, time.Hour); len(more) != 0 {
+		t.Fatalf("claimed %v on a while a's v1 is out", ids(more))
+	}
+	f.settle(a[0], webhookd.ForwardDelivered)
+	if next := f.claimOn("a", "w", 10, time.Hour); len(next) != 1 || next[0].RequestID != "v2" || next[0].Newer {
+		t.Fatalf("after a's v1, claimed on a %+v; want v2 while b's v1 is still out", next)
+	}
+	if more := f.claimOn("b", "w", 10, time.Hour); len(more) != 0 {
+		t.Fatalf("claimed %v on b while b's v1 is out", ids(more))
+	}
+	f.settle(b[0], webhookd.ForwardRetrying)
+	f.clock.Advance(time.Minute)
+	if again := f.claimOn("b", "w", 10, time.Hour); len(again) != 1 || again[0].RequestID != "v1" || again[0].Attempts != 1 {
+		t.Errorf("when due, claimed on b %+v; want v1 again", again)
+	}
+}
+
+// testDeadLetterPerRoute checks that a route's dead letter leaves the
+// other route's lane as it was.
+func testDeadLetterPerRoute(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	f.acceptOn("v1", "res", 1, "a", "b")
+	f.acceptOn("v2", "res", 2, "a", "b")
+	a := f.claimOn("a", "w", 10, time.Minute)
+	b := f.claimOn("b", "w", 10, time.Minute)
+	if len(a) != 1 || len(b) != 1 {
+		t.Fatalf("claimed %v on a, %v on b", ids(a), ids(b))
+	}
+	f.settle(b[0], webhookd.ForwardDead)
+	if next := f.claimOn("b", "w", 10, time.Minute); len(next) != 1 || next[0].RequestID != "v2" {
+		t.Fatalf("after b's dead letter, claimed on b %v; want v2", ids(next))
+	} else {
+		f.settle(next[0], webhookd.ForwardDelivered)
+	}
+	f.settle(a[0], webhookd.ForwardDelivered)
+	if next := f.claimOn("a", "w", 10, time.Minute); len(next) != 1 || next[0].RequestID != "v2" {
+		t.Fatalf("after a's v1, claimed on a %v; want v2", ids(next))
+	} else {
+		f.settle(next[0], webhookd.ForwardDelivered)
+	}
+	f.wantStates("v1", "v1", webhookd.ForwardDelivered, webhookd.ForwardDead)
+	f.wantStates("v2", "v2", webhookd.ForwardDelivered, webhookd.ForwardDelivered)
+	if dead, err := f.b.DeadLetters(ctx, forward.Target{Source: source}); err != nil || !slices.Equal(routed(dead), []string{"b/v1"}) {
+		t.Errorf("dead letters %v, %v; want b's v1", routed(dead), err)
+	}
+	if dead, err := f.b.DeadLetters(ctx, forward.Target{Source: source, Route: "a"}); err != nil || len(dead) != 0 {
+		t.Errorf("dead letters of a: %v, %v; want none", routed(dead), err)
+	}
+}
+
+// testSupersedePerRoute checks that Claim.Newer speaks of the claimed
+// route's lane only.
+func testSupersedePerRoute(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	f.acceptOn("v1", "res", 1, "a", "b")
+	f.acceptOn("v2", "res", 2, "a")
+	a := f.claimOn("a", "w", 10, time.Minute)
+	b := f.claimOn("b", "w", 10, time.Minute)
+	if len(a) != 1 || !a[0].Newer {
+		t.Fatalf("claimed on a: %+v, want v1 with v2 behind it", a)
+	}
+	if len(b) != 1 || b[0].Newer {
+		t.Fatalf("claimed on b: %+v, want v1 with nothing behind it on b", b)
+	}
+	f.settle(a[0], webhookd.ForwardSuperseded)
+	f.settle(b[0], webhookd.ForwardDelivered)
+	f.wantStates("v1", "v1", webhookd.ForwardSuperseded, webhookd.ForwardDelivered)
+	if next := f.claimOn("a", "w", 10, time.Minute); len(next) != 1 || next[0].RequestID != "v2" || next[0].Newer {
+		t.Errorf("claimed on a %+v, want v2 alone", next)
+	}
+}
+
+// testListsByTarget checks Outbox and DeadLetters by source, by source
+// and route, and for all: a route's name is not a prefix of another's.
+func testListsByTarget(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	f.acceptOn("x", "", 0, "a", "b")
+	f.acceptOn("y", "", 0, "b")
+	f.acceptOn("z", "", 0, "ab")
+	s := f.delivery("s", "", 0, "s")
+	s.Source, s.Routes = "shipping", []string{"a"}
+	f.decide(s)
+	list := func(what string, get func(context.Context, forward.Target) ([]forward.Entry, error), tg forward.Target, want ...string) {
+		t.Helper()
+		entries, err := get(ctx, tg)
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.Source+"/"+e.Route+"/"+e.RequestID)
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s of %+v: %v, %v; want %v", what, tg, got, err, want)
+		}
+	}
+	list("outbox", f.b.Outbox, forward.Target{Source: source}, "billing/a/x", "billing/b/x", "billing/b/y", "billing/ab/z")
+	list("outbox", f.b.Outbox, forward.Target{Source: source, Route: "b"}, "billing/b/x", "billing/b/y")
+	list("outbox", f.b.Outbox, forward.Target{Source: source, Route: "a"}, "billing/a/x")
+	list("outbox", f.b.Outbox, forward.Target{Source: source, Route: "c"})
+	list("outbox", f.b.Outbox, forward.Target{}, "billing/a/x", "billing/b/x", "billing/b/y", "billing/ab/z", "shipping/a/s")
+	for _, tg := range []forward.Target{{Source: source, Route: "a"}, {Source: source, Route: "b"}, {Source: source, Route: "ab"}, {Source: "shipping", Route: "a"}} {
+		claims, err := f.b.Claim(ctx, "w", tg, 10, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims {
+			f.settle(c, webhookd.ForwardDead)
+		}
+	}
+	list("dead letters", f.b.DeadLetters, forward.Target{Source: source}, "billing/a/x", "billing/ab/z", "billing/b/x", "billing/b/y")
+	list("dead letters", f.b.DeadLetters, forward.Target{Source: source, Route: "a"}, "billing/a/x")
+	list("dead letters", f.b.DeadLetters, forward.Target{Source: source, Route: "b"}, "billing/b/x", "billing/b/y")
+	list("dead letters", f.b.DeadLetters, forward.Target{Source: "shipping"}, "shipping/a/s")
+	list("dead letters", f.b.DeadLetters, forward.Target{}, "billing/a/x", "billing/ab/z", "billing/b/x", "billing/b/y", "shipping/a/s")
+	list("outbox", f.b.Outbox, forward.Target{})
+}
+
+// testRepairsByRoute checks that retrying and discarding a dead letter
+// act on its route only.
+func testRepairsByRoute(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	f.acceptOn("r", "", 0, "a", "b")
+	for _, rt := range []string{"a", "b"} {
+		c := f.claimOn(rt, "w", 1, time.Minute)
+		if len(c) != 1 {
+			t.Fatalf("claimed %v on %s", ids(c), rt)
+		}
+		f.settle(c[0], webhookd.ForwardDead)
+	}
+	a, b := forward.Target{Source: source, Route: "a"}, forward.Target{Source: source, Route: "b"}
+	c := forward.Target{Source: source, Route: "c"}
+	wantCode(t, "retry on a route without the dead letter", f.b.RetryDeadLetter(ctx, c, "r"), webhookd.ENOTFOUND)
+	wantCode(t, "discard on a route without the dead letter", f.b.DiscardDeadLetter(ctx, c, "r"), webhookd.ENOTFOUND)
+	if err := f.b.RetryDeadLetter(ctx, a, "r"); err != nil {
+		t.Fatalf("retry on a: %v", err)
+	}
+	f.wantStates("retried on a", "r", webhookd.ForwardPending, webhookd.ForwardDead)
+	if dead, err := f.b.DeadLetters(ctx, forward.Target{}); err != nil || !slices.Equal(routed(dead), []string{"b/r"}) {
+		t.Errorf("dead letters after retrying a's: %v, %v", routed(dead), err)
+	}
+	if got := f.claimOn("a", "w", 10, time.Minute); len(got) != 1 || got[0].Attempts != 0 || string(got[0].Body) != `{"id":"r"}` {
+		t.Errorf("after retry, claimed on a %+v; want r afresh with its body", got)
+	}
+	if got := f.claimOn("b", "w", 10, time.Minute); len(got) != 0 {
+		t.Errorf("after retrying a's dead letter, claimed %v on b", ids(got))
+	}
+	if err := f.b.DiscardDeadLetter(ctx, b, "r"); err != nil {
+		t.Fatalf("discard on b: %v", err)
+	}
+	f.wantStates("discarded on b", "r", webhookd.ForwardPending, webhookd.ForwardDiscarded)
+	if st := f.status("r", "b"); st.Attempts != 1 {
+		t.Errorf("b discarded: %+v, want one attempt", st)
+	}
+	if dead, err := f.b.DeadLetters(ctx, forward.Target{}); err != nil || len(dead) != 0 {
+		t.Errorf("dead letters after discarding b's: %v, %v", routed(dead), err)
+	}
+}
+
+// testRedeliverPerRoute checks Redeliver with a route, and without one:
+// every route whose forwarding ended, none that is pending.
+func testRedeliverPerRoute(t *testing.T, open Open) {
+	f := newFixture(t, open)
+	f.acceptOn("r", "res", 1, "a", "b")
+	f.settle(f.claimOn("a", "w", 1, time.Minute)[0], webhookd.ForwardDelivered)
+	wantCode(t, "redeliver on a pending route", f.b.Redeliver(ctx, source, "r", "b"), webhookd.ECONFLICT)
+	wantCode(t, "redeliver on a route it did not take", f.b.Redeliver(ctx, source, "r", "c"), webhookd.ENOTFOUND)
+	if err := f.b.Redeliver(ctx, source, "r", ""); err != nil {
+		t.Fatalf("redeliver on every route: %v", err)
+	}
+	f.wantStates("redelivered while b is pending", "r", webhookd.ForwardPending, webhookd.ForwardPending)
+	if entries, err := f.b.Outbox(ctx, forward.Target{Source: source}); err != nil || !slices.Equal(routed(entries), []string{"b/r", "a/r"}) {
+		t.Fatalf("outbox %v, %v; want b's first entry and a's redelivery", routed(entries), err)
+	}
+	for _, rt := range []string{"a", "b"} {
+		c := f.claimOn(rt, "w", 10, time.Minute)
+		if len(c) != 1 || string(c[0].Body) != `{"id":"r"}` {
+			t.Fatalf("claimed on %s: %+v", rt, c)
+		}
+		f.settle(c[0], webhookd.ForwardDelivered)
+	}
+	if err := f.b.Redeliver(ctx, source, "r", "b"); err != nil {
+		t.Fatalf("redeliver on b: %v", err)
+	}
+	f.wantStates("redelivered on b", "r", webhookd.ForwardDelivered, webhookd.ForwardPending)
+	f.settle(f.claimOn("b", "w", 1, time.Minute)[0], webhookd.ForwardDelivered)
+	if err := f.b.Redeliver(ctx, source, "r", ""); err != nil {
+		t.Fatalf("redeliver on every route: %v", err)
+	}
+	f.wantStates("redelivered on every route", "r", webhookd.ForwardPending, webhookd.ForwardPending)
+	if entries, err := f.b.Outbox(ctx, forward.Target{Source: source}); err != nil || !slices.Equal(routed(entries), []string{"a/r", "b/r"}) {
+		t.Errorf("outbox %v, %v; want r on a and b", routed(entries), err)
+	}
+	wantCode(t, "redeliver while every route is pending", f.b.Redeliver(ctx, source, "r", ""), webhookd.ECONFLICT)
+	for _, rt := range []string{"a", "b"} {
+		f.settle(f.claimOn(rt, "w", 1, time.Minute)[0], webhookd.ForwardDelivered)
+	}
+	f.acceptOn("r2", "res", 2, "a")
+	wantCode(t, "redeliver an older version", f.b.Redeliver(ctx, source, "r", ""), webhookd.ECONFLICT)
 }
