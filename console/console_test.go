@@ -837,7 +837,7 @@ func TestTheQueueFilterNamesSourcesAndRoutes(t *testing.T) {
 	var got []string
 	for _, g := range ts.Groups {
 		for _, o := range g.Options {
-			got = append(got, fmt.Sprintf("%s|%s=%s %v", g.Source, o.Label, o.Value, o.Selected))
+			got = append(got, fmt.Sprintf("%s|%s=%s %v", g.Label, o.Label, o.Value, o.Selected))
 		}
 	}
 	want := []string{
@@ -849,7 +849,7 @@ func TestTheQueueFilterNamesSourcesAndRoutes(t *testing.T) {
 	}
 	gone := targets(sources, "q", "billing/old")
 	last := gone.Groups[len(gone.Groups)-1]
-	if last.Source != "billing (not configured)" || len(last.Options) != 1 || last.Options[0] != (targetOption{Value: "billing/old", Label: "billing / old", Selected: true}) {
+	if last.Label != "not configured" || len(last.Options) != 1 || last.Options[0] != (targetOption{Value: "billing/old", Label: "billing / old", Selected: true}) {
 		t.Errorf("a filter naming a route no longer configured: %+v", last)
 	}
 }

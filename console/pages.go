@@ -214,6 +214,7 @@ type receiptPage struct {
 	Risks             []string
 	Latest            *versioning.Latest // the resource's latest version now
 	Routes            []routeRow         // the receipt's routes, each with what may be done there
+	Offers            bool               // some route offers a redelivery
 	// All names the routes a redelivery to all would requeue, when there
 	// are more than one; Refusal says why there is no redelivery at all.
 	All     []string
@@ -262,6 +263,7 @@ func (c *Console) showReceipt(fc *fiber.Ctx, status int, n *notice) error {
 				row := routeRow{RouteStatus: rs, Filter: forward.Target{Source: r.Source, Route: rs.Route}.String()}
 				row.Redeliver, row.Refusal, row.DeadLetter = redeliverable(r, rs.Route, rp.Latest)
 				rp.Routes = append(rp.Routes, row)
+				rp.Offers = rp.Offers || row.Redeliver
 			}
 			all, err := redeliverableAll(r, rp.Latest)
 			switch {

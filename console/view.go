@@ -52,7 +52,7 @@ type targetSelect struct {
 }
 
 type targetGroup struct {
-	Source  string
+	Label   string
 	Options []targetOption
 }
 
@@ -75,15 +75,14 @@ func targets(sources []Source, id, selected string) targetSelect {
 		if !s.Forwards() {
 			continue
 		}
-		g := targetGroup{Source: s.Name, Options: []targetOption{option(s.Name, s.Name+": every route")}}
+		g := targetGroup{Label: s.Name, Options: []targetOption{option(s.Name, s.Name+": every route")}}
 		for _, r := range s.Routes {
 			g.Options = append(g.Options, option(s.Name+"/"+r, s.Name+" / "+r))
 		}
 		ts.Groups = append(ts.Groups, g)
 	}
 	if !found {
-		t := parseTarget(selected)
-		ts.Groups = append(ts.Groups, targetGroup{Source: t.Source + " (not configured)",
+		ts.Groups = append(ts.Groups, targetGroup{Label: "not configured",
 			Options: []targetOption{{Value: selected, Label: strings.ReplaceAll(selected, "/", " / "), Selected: true}}})
 	}
 	return ts
