@@ -16,9 +16,12 @@ import (
 // flight, as under load: unique request IDs, durable (synced) commits,
 // group-committed by the writer. Run with -cpu to vary the parallelism.
 // disk-B/op is what the process had written to disk per decision (Linux).
+// routes is how many routes each delivery is forwarded to (0: the source
+// does not forward).
 func BenchmarkDecide(b *testing.B) {
-	for _, forward := range []bool{false, true} {
-		b.Run(fmt.Sprintf("forward=%v", forward), func(b *testing.B) {
+	for _, routes := range []int{0, 1, 3} {
+		names := []string{"ledger", "audit", "search"}[:routes]
+		b.Run(fmt.Sprintf("routes=%d", routes), func(b *testing.B) {
 			s := New(b.TempDir())
 			s.Logger = zap.NewNop()
 			if err := s.Open(); err != nil {
@@ -35,7 +38,7 @@ func BenchmarkDecide(b *testing.B) {
 				for pb.Next() {
 					i := n.Add(1)
 					d := versioned(fmt.Sprint("req-", i), fmt.Sprint("res-", i%1000), uint64(i))
-					d.Forward, d.Body = forward, body
+					d.Forward, d.Routes, d.Body = routes > 0, names, body
 					if _, err := s.Decide(ctx, d); err != nil {
 						b.Error(err)
 						return

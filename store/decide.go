@@ -14,8 +14,8 @@ import (
 )
 
 // Decide makes the decision for d and writes it, with the receipt, the
-// resource's latest version and the outbox entry, in one transaction. It
-// returns once that transaction is synced to disk.
+// resource's latest version and an outbox entry for each of d's routes, in
+// one transaction. It returns once that transaction is synced to disk.
 func (s *Store) Decide(ctx context.Context, d webhookd.Delivery) (webhookd.Outcome, error) {
 	if err := s.space.refusal(); err != nil {
 		return webhookd.Outcome{}, err
@@ -43,8 +43,8 @@ func (s *Store) stageDecision(t *tx, d *webhookd.Delivery) (webhookd.Outcome, er
 		return webhookd.Outcome{}, err
 	}
 	if found {
-		// The receipt is rewritten: the forward key would otherwise expire
-		// before the receipt whose TTL a redelivery extends.
+		// The receipt is rewritten: the forward keys would otherwise
+		// expire before the receipt whose TTL a redelivery extends.
 		if err := t.foldForward(&r); err != nil {
 			return webhookd.Outcome{}, err
 		}
@@ -73,8 +73,8 @@ func (s *Store) stageDecision(t *tx, d *webhookd.Delivery) (webhookd.Outcome, er
 		}
 	}
 	if p.Enqueue {
-		e := forward.NewEntry(d)
-		if err := t.enqueue(&e, expiresAt); err != nil {
+		e := forward.NewEntry(d, "")
+		if err := t.enqueue(&e, d.Routes, expiresAt); err != nil {
 			return webhookd.Outcome{}, err
 		}
 	}
@@ -92,8 +92,8 @@ func expiry(t time.Time, ttl time.Duration) uint64 {
 	return uint64(secs)
 }
 
-// Receipt returns the receipt of one request ID, with its current forward
-// status.
+// Receipt returns the receipt of one request ID, with the current forward
+// status of each route.
 func (s *Store) Receipt(ctx context.Context, source, requestID string) (*dedupe.Receipt, error) {
 	var r dedupe.Receipt
 	err := s.view(func(txn *badger.Txn) error {
@@ -101,7 +101,7 @@ func (s *Store) Receipt(ctx context.Context, source, requestID string) (*dedupe.
 		if err := t.mustGet(receiptKey(source, requestID), &r); err != nil {
 			return err
 		}
-		_, err := t.forwardStatus(&r)
+		_, err := t.forwardStatuses(&r)
 		return err
 	})
 	if err != nil {
@@ -132,29 +132,32 @@ func (t *tx) mustGet(key []byte, v any) error {
 	return err
 }
 
-// forwardStatus sets r.Forward to the request's current forward status: the
-// forward key's when the status changed after the decision, else the
-// receipt's own. It returns the key it took the status from, or nil.
-func (t *tx) forwardStatus(r *dedupe.Receipt) (key []byte, err error) {
-	if r.Forward.State == webhookd.ForwardNone {
-		return nil, nil // never forwarded, so never settled: no key to read
+// forwardStatuses sets each of r's routes to its current forward status:
+// its forward key's when the status changed after the decision, else the
+// receipt's own. It returns the keys it took statuses from.
+func (t *tx) forwardStatuses(r *dedupe.Receipt) (keys [][]byte, err error) {
+	for i := range r.Routes {
+		rs := &r.Routes[i]
+		k := forwardKey(r.Source, r.RequestID, r.FirstSeen, rs.Route)
+		var f webhookd.ForwardStatus
+		held, err := t.get(k, &f)
+		if err != nil {
+			return nil, err
+		}
+		if held {
+			rs.ForwardStatus = f
+			keys = append(keys, k)
+		}
 	}
-	k := forwardKey(r.Source, r.RequestID, r.FirstSeen)
-	var f webhookd.ForwardStatus
-	held, err := t.get(k, &f)
-	if err != nil || !held {
-		return nil, err
-	}
-	r.Forward = f
-	return k, nil
+	return keys, nil
 }
 
-// foldForward moves the forward key's status into r, which the caller is
+// foldForward moves the forward keys' statuses into r, which the caller is
 // about to write.
 func (t *tx) foldForward(r *dedupe.Receipt) error {
-	key, err := t.forwardStatus(r)
-	if key != nil {
-		t.delete(key)
+	keys, err := t.forwardStatuses(r)
+	for _, k := range keys {
+		t.delete(k)
 	}
 	return err
 }

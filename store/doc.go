@@ -1,24 +1,26 @@
 // Package store is the Badger backend of the storage contract
 // (store/storetest). A decision reads the held receipt and the latest
 // version, plans with dedupe.Decide, and writes the receipt, the latest
-// version and the outbox entry in one transaction. One writer goroutine
-// group-commits the operations waiting, in arrival order, synced once; a
-// later operation sees the earlier ones' writes, and one that fails fails
-// alone. After a failed commit the store refuses everything until it is
-// opened again. Lanes and claims of the outbox live in memory (queue.go):
-// this process is the directory's only writer.
+// version and an outbox entry for each route of the delivery in one
+// transaction. One writer goroutine group-commits the operations waiting,
+// in arrival order, synced once; a later operation sees the earlier ones'
+// writes, and one that fails fails alone. After a failed commit the store
+// refuses everything until it is opened again. Lanes and claims of the
+// outbox live in memory (queue.go): this process is the directory's only
+// writer.
 //
-// Keys (names and request IDs never contain a NUL byte):
+// Keys (names, routes and request IDs never contain a NUL byte):
 //
 //	r<source>\x00<request_id>  receipt, expires receipt_ttl after its last delivery
 //	v<source>\x00<resource>    latest accepted version, never expires
-//	o<seq:8 bytes>             outbox entry without its body, until settled
-//	p<source>\x00<request_id>  payload: the entry with its body, expires with the receipt
-//	d<source>\x00<request_id>  dead letter with its body, until retried or discarded
-//	f<source>\x00<request_id>\x00<first_seen>  forward status once settled
+//	o<seq:8 bytes>             outbox entry of one route, without its body, until settled
+//	p<source>\x00<request_id>  payload: the entry of the first route enqueued, with the body every route's entry shares; expires with the receipt
+//	d<source>\x00<route>\x00<request_id>  dead letter with its body, until retried or discarded
+//	f<source>\x00<request_id>\x00<first_seen><route>  forward status of one route once settled
 //
-// A body is written once, in the payload key, as the outbox entry is
-// rewritten at every retry. The forward status lives beside its receipt,
-// so that settling writes a few bytes and reads nothing; a redelivery
-// folds it back into the receipt it rewrites.
+// A body is written once, in the payload key, however many routes the
+// delivery has, as the outbox entries are rewritten at every retry. The
+// forward statuses live beside their receipt, one key a route, so that
+// settling writes a few bytes and reads nothing; a redelivery folds them
+// back into the receipt it rewrites.
 package store

@@ -40,6 +40,8 @@ func appendMeta(b []byte, e *forward.Entry) ([]byte, error) {
 	w := jsonenc.Encoder{B: b}
 	w.Raw(`{"source":`)
 	w.String(e.Source)
+	w.Raw(`,"route":`)
+	w.String(e.Route)
 	w.Raw(`,"request_id":`)
 	w.String(e.RequestID)
 	w.OmitEmpty(`,"resource":`, e.Resource)

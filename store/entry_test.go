@@ -14,13 +14,13 @@ import (
 // for byte and error for error: Decode reads it with encoding/json, and
 // entries written by either must read back the same.
 func FuzzEncode(f *testing.F) {
-	f.Add("billing", "req-1", "sub_1", "10", "application/json", "X-Tenant", "t-1", "busy", int64(1796040000), 3, 503, true, []byte(`{"a":1}`))
-	f.Add("a<b>&", "é\u2028\"\\", "", "", "", "", "", "\xff", int64(253402300800), 0, 0, false, []byte{})
-	f.Fuzz(func(t *testing.T, source, requestID, resource, version, contentType, hk, hv, lastError string,
+	f.Add("billing", "ledger", "req-1", "sub_1", "10", "application/json", "X-Tenant", "t-1", "busy", int64(1796040000), 3, 503, true, []byte(`{"a":1}`))
+	f.Add("a<b>&", "\u2029<", "é\u2028\"\\", "", "", "", "", "", "\xff", int64(253402300800), 0, 0, false, []byte{})
+	f.Fuzz(func(t *testing.T, source, route, requestID, resource, version, contentType, hk, hv, lastError string,
 		sec int64, attempts, status int, dead bool, body []byte) {
 		at := time.Unix(sec, 0).UTC()
 		e := &forward.Entry{
-			Source: source, RequestID: requestID, Resource: resource, Version: version,
+			Source: source, Route: route, RequestID: requestID, Resource: resource, Version: version,
 			ContentType: contentType, CreatedAt: at, Attempts: attempts, NextAttemptAt: at.Add(time.Second),
 			LastStatus: status, LastError: lastError, Body: body,
 		}
@@ -54,7 +54,7 @@ func FuzzEncode(f *testing.F) {
 func TestEncodeWritesEveryField(t *testing.T) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
 	e := &forward.Entry{
-		Seq: 7, Source: "s", RequestID: "r", Resource: "res", Version: "2", ContentType: "application/json",
+		Seq: 7, Source: "s", Route: "a", RequestID: "r", Resource: "res", Version: "2", ContentType: "application/json",
 		Headers: map[string]string{"X-A": "1"}, CreatedAt: at, Attempts: 2, NextAttemptAt: at,
 		LastStatus: 503, LastError: "busy", DeadAt: &at, BodyLost: true, Body: []byte("{}"),
 	}

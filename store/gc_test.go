@@ -61,7 +61,7 @@ func TestExpiredReceiptsGiveTheirDiskBack(t *testing.T) {
 	}
 	// The downstream took everything: the outbox empties and only the
 	// payload copies, kept for redelivery as long as the receipts, remain.
-	entries, err := s.Outbox(ctx, "")
+	entries, err := s.Outbox(ctx, forward.Target{})
 	if err != nil || len(entries) != burst {
 		t.Fatalf("outbox: %d entries, %v; want %d", len(entries), err, burst)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -15,24 +15,38 @@ import (
 	"github.com/webhookd/webhookd/versioning"
 )
 
-// enqueue stages e at the next outbox position, with its body in the
-// payload key, which lives as long as the receipt (expiresAt) and which
-// redelivery reads too: the body is written once, the outbox entry holds
-// the rest. Once the batch commits, the queue gets e with its body.
-func (t *tx) enqueue(e *forward.Entry, expiresAt uint64) error {
-	e.Seq = t.nextSeq()
+// enqueue stages e at the end of the outbox once for each of routes, with
+// its body in the payload key, which lives as long as the receipt
+// (expiresAt) and which redelivery reads too: the body is written once,
+// whatever the number of routes, and each route's outbox entry holds the
+// rest. Once the batch commits, the queue gets the entries with the body.
+func (t *tx) enqueue(e *forward.Entry, routes []string, expiresAt uint64) error {
+	e.Route, e.Seq = routes[0], t.nextSeq()
 	payload, err := encodeEntry(e)
 	if err != nil {
 		return err
 	}
 	t.setRaw(payloadKey(e.Source, e.RequestID), payload, expiresAt)
-	// The encoding is the metadata followed by the body, so the entry
-	// without its body is the encoding without its tail.
+	// The encoding is the metadata followed by the body, so the first
+	// route's entry without its body is the encoding without its tail.
 	metaLen := len(payload) - len(e.Body)
-	t.setRaw(outboxKey(e.Seq), payload[:metaLen:metaLen], 0)
+	meta := payload[:metaLen:metaLen]
 	// e.Body may be the caller's request buffer, valid only while the op
-	// runs; the encoding ends with a copy of it that nothing changes.
-	t.changes = append(t.changes, change{entry: *e, body: payload[metaLen:], expiresAt: expiresAt})
+	// runs; the encoding ends with a copy of it that nothing changes,
+	// which every route's entry shares.
+	body := payload[metaLen:]
+	for i, route := range routes {
+		if i > 0 {
+			withoutBody := *e
+			withoutBody.Route, withoutBody.Seq, withoutBody.Body = route, t.nextSeq(), nil
+			if meta, err = encodeEntry(&withoutBody); err != nil {
+				return err
+			}
+			e = &withoutBody
+		}
+		t.setRaw(outboxKey(e.Seq), meta, 0)
+		t.changes = append(t.changes, change{entry: *e, body: body, expiresAt: expiresAt})
+	}
 	return nil
 }
 
@@ -88,16 +102,16 @@ func (t *tx) payload(e *forward.Entry) ([]byte, error) {
 // one.
 func (s *Store) Notify() <-chan struct{} { return s.notify }
 
-// Claim hands owner up to n of source's due lane heads, each for lease
+// Claim hands owner up to n of target's due lane heads, each for lease
 // (forward.Queue). Leases are held in memory: this store is its
 // directory's only process.
-func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease time.Duration) ([]forward.Claim, error) {
+func (s *Store) Claim(ctx context.Context, owner string, target forward.Target, n int, lease time.Duration) ([]forward.Claim, error) {
 	// Not Ready: below the free-space reserve forwarding goes on, and
 	// settling what it sends frees space.
 	if err := s.readable(); err != nil {
 		return nil, err
 	}
-	claims, needBody := s.queue.claim(owner, source, n, lease, s.Now())
+	claims, needBody := s.queue.claim(owner, target, n, lease, s.Now())
 	if len(needBody) == 0 {
 		return claims, nil
 	}
@@ -112,42 +126,43 @@ func (s *Store) Claim(ctx context.Context, owner, source string, n int, lease ti
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", source, err)
+		return nil, fmt.Errorf("claim %s: %w", target, err)
 	}
 	return claims, nil
 }
 
-// Pending returns how many entries wait to be forwarded, by source.
-func (s *Store) Pending(ctx context.Context) (map[string]int, error) {
+// Pending returns how many entries wait to be forwarded, by target.
+func (s *Store) Pending(ctx context.Context) (map[forward.Target]int, error) {
 	if err := s.readable(); err != nil {
 		return nil, err
 	}
 	return s.queue.pending(), nil
 }
 
-// Outbox returns the pending entries of source ("" for all), without bodies.
-func (s *Store) Outbox(ctx context.Context, source string) ([]forward.Entry, error) {
+// Outbox returns the pending entries of target, without bodies.
+func (s *Store) Outbox(ctx context.Context, target forward.Target) ([]forward.Entry, error) {
 	var entries []forward.Entry
 	if err := s.scan([]byte{prefixOutbox}, &entries); err != nil {
 		return nil, err
 	}
-	if source == "" {
-		return entries, nil
-	}
-	kept := entries[:0]
-	for _, e := range entries {
-		if e.Source == source {
-			kept = append(kept, e)
-		}
-	}
-	return kept, nil
+	return inTarget(entries, target), nil
 }
 
-// DeadLetters returns the dead letters of source ("" for all), without bodies.
-func (s *Store) DeadLetters(ctx context.Context, source string) ([]forward.Entry, error) {
+// DeadLetters returns the dead letters of target, without bodies.
+func (s *Store) DeadLetters(ctx context.Context, target forward.Target) ([]forward.Entry, error) {
 	var entries []forward.Entry
-	err := s.scan(sourcePrefix(prefixDead, source), &entries)
-	return entries, err
+	if err := s.scan(targetPrefix(prefixDead, target), &entries); err != nil {
+		return nil, err
+	}
+	return inTarget(entries, target), nil
+}
+
+// inTarget keeps the entries of target: of its route, unless empty, of
+// its source, unless empty.
+func inTarget(entries []forward.Entry, target forward.Target) []forward.Entry {
+	return slices.DeleteFunc(entries, func(e forward.Entry) bool {
+		return target.Source != "" && e.Source != target.Source || target.Route != "" && e.Route != target.Route
+	})
 }
 
 // scan decodes the entries whose keys have prefix, without their bodies.
@@ -177,8 +192,8 @@ func scanEntries(txn *badger.Txn, prefix []byte, out *[]forward.Entry) error {
 // Settle records what became of the claimed entry (forward.Queue): the
 // entry is removed (delivered, superseded), rescheduled (retrying) or moved
 // to the dead letters with the body the claim carried (dead), and the
-// forward status says so, in one transaction. It reads nothing from
-// Badger: the queue holds the entry as it is.
+// forward status of its route says so, in one transaction. It reads
+// nothing from Badger: the queue holds the entry as it is.
 func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) error {
 	err := s.update(func(t *tx) error {
 		ok, lost := s.queue.check(&c)
@@ -197,17 +212,17 @@ func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) e
 			}
 		case forward.Bury:
 			t.delete(key)
-			if err := t.setEntry(deadKey(c.Source, c.RequestID), &eff.Entry); err != nil {
+			if err := t.setEntry(deadKey(c.Target(), c.RequestID), &eff.Entry); err != nil {
 				return err
 			}
 		default:
 			t.delete(key)
 		}
 		t.changes = append(t.changes, change{settle: &settlement{claim: c, eff: eff}})
-		return t.setForward(c.Source, c.RequestID, c.CreatedAt, eff.Status, s.ReceiptTTL)
+		return t.setForward(&c.Entry, eff.Status, s.ReceiptTTL)
 	})
 	if err != nil {
-		return fmt.Errorf("settle %s/%s: %w", c.Source, c.RequestID, err)
+		return fmt.Errorf("settle %s/%s: %w", c.Target(), c.RequestID, err)
 	}
 	return nil
 }
@@ -221,25 +236,25 @@ func (t *tx) setEntry(key []byte, e *forward.Entry) error {
 	return nil
 }
 
-// setForward writes the forward status of the request whose receipt was
-// first seen at firstSeen. It expires a receipt TTL from now, which is no
-// earlier than its receipt: a receipt expires a TTL after its last
-// delivery, and a redelivery staged after this folds the key into the
-// receipt. So it needs no read of the receipt; it may outlive the receipt,
-// which is why its key names the receipt (forwardKey).
-func (t *tx) setForward(source, requestID string, firstSeen time.Time, status webhookd.ForwardStatus, ttl time.Duration) error {
-	return t.set(forwardKey(source, requestID, firstSeen), &status, expiry(t.now, ttl))
+// setForward writes the forward status of e's request on e's route; e's
+// CreatedAt is when its receipt was first seen. It expires a receipt TTL
+// from now, which is no earlier than its receipt: a receipt expires a TTL
+// after its last delivery, and a redelivery staged after this folds the
+// key into the receipt. So it needs no read of the receipt; it may outlive
+// the receipt, which is why its key names the receipt (forwardKey).
+func (t *tx) setForward(e *forward.Entry, status webhookd.ForwardStatus, ttl time.Duration) error {
+	return t.set(forwardKey(e.Source, e.RequestID, e.CreatedAt, e.Route), &status, expiry(t.now, ttl))
 }
 
-// receiptOf returns the receipt of requestID with its current forward
-// status, or nil when none is held.
+// receiptOf returns the receipt of requestID with its routes' current
+// forward statuses, or nil when none is held.
 func (t *tx) receiptOf(source, requestID string) (*dedupe.Receipt, error) {
 	var r dedupe.Receipt
 	found, err := t.get(receiptKey(source, requestID), &r)
 	if err != nil || !found {
 		return nil, err
 	}
-	if _, err := t.forwardStatus(&r); err != nil {
+	if _, err := t.forwardStatuses(&r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -254,22 +269,22 @@ func (t *tx) latestOf(source, resource string) (*versioning.Latest, error) {
 	return &l, nil
 }
 
-// RetryDeadLetter puts a dead letter back into the outbox with its attempts
-// reset.
-func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) error {
+// RetryDeadLetter puts a dead letter of target back into the outbox with
+// its attempts reset.
+func (s *Store) RetryDeadLetter(ctx context.Context, target forward.Target, requestID string) error {
 	if err := s.space.refusal(); err != nil {
 		return err
 	}
 	err := s.update(func(t *tx) error {
-		key := deadKey(source, requestID)
+		key := deadKey(target, requestID)
 		e, found, err := t.getEntry(key, true)
 		if err != nil {
 			return err
 		}
 		if !found {
-			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
+			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, requestID)
 		}
-		held, err := t.receiptOf(source, requestID)
+		held, err := t.receiptOf(target.Source, requestID)
 		if err != nil {
 			return err
 		}
@@ -280,7 +295,7 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 			return err
 		}
 		t.delete(key)
-		return t.requeue(e, s.ReceiptTTL)
+		return t.requeue(e, []string{e.Route}, s.ReceiptTTL)
 	})
 	if err != nil {
 		return fmt.Errorf("retry dead letter: %w", err)
@@ -288,24 +303,25 @@ func (s *Store) RetryDeadLetter(ctx context.Context, source, requestID string) e
 	return nil
 }
 
-// DiscardDeadLetter drops a dead letter; its receipt says it was discarded.
-func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string) error {
+// DiscardDeadLetter drops a dead letter of target; its receipt says it was
+// discarded on that route.
+func (s *Store) DiscardDeadLetter(ctx context.Context, target forward.Target, requestID string) error {
 	err := s.update(func(t *tx) error {
-		key := deadKey(source, requestID)
+		key := deadKey(target, requestID)
 		e, found, err := t.getEntry(key, false)
 		if err != nil {
 			return err
 		}
 		if !found {
-			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, requestID)
+			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, requestID)
 		}
 		t.delete(key)
-		held, err := t.receiptOf(source, requestID)
+		held, err := t.receiptOf(target.Source, requestID)
 		if err != nil {
 			return err
 		}
 		if status, ok := forward.Discarded(&e, held); ok {
-			return t.setForward(source, requestID, held.FirstSeen, status, s.ReceiptTTL)
+			return t.setForward(&e, status, s.ReceiptTTL)
 		}
 		return nil
 	})
@@ -315,9 +331,10 @@ func (s *Store) DiscardDeadLetter(ctx context.Context, source, requestID string)
 	return nil
 }
 
-// Redeliver forwards an accepted request again, with the same
+// Redeliver forwards an accepted request again to route, or to every
+// route whose forwarding ended when route is "", with the same
 // Idempotency-Key, for a downstream that lost it.
-func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
+func (s *Store) Redeliver(ctx context.Context, source, requestID, route string) error {
 	if err := s.space.refusal(); err != nil {
 		return err
 	}
@@ -329,7 +346,13 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 		if r == nil {
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no receipt for %s/%s", source, requestID)
 		}
-		if err := forward.CanRedeliver(r); err != nil {
+		routes := []string{route}
+		if route == "" {
+			routes, err = forward.Redeliverable(r)
+		} else {
+			err = forward.CanRedeliver(r, route)
+		}
+		if err != nil {
 			return err
 		}
 		e, found, err := t.getEntry(payloadKey(source, requestID), true)
@@ -342,7 +365,7 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID string) error {
 		if err := t.canResend(&e); err != nil {
 			return err
 		}
-		return t.requeue(e, s.ReceiptTTL)
+		return t.requeue(e, routes, s.ReceiptTTL)
 	})
 	if err != nil {
 		return fmt.Errorf("redeliver: %w", err)
@@ -361,26 +384,32 @@ func (t *tx) canResend(e *forward.Entry) error {
 	return forward.CanResend(e, l)
 }
 
-// requeue puts e, with its body, at the end of the outbox as a fresh
-// forward intent; its payload then lives for the receipt TTL from now.
-func (t *tx) requeue(e forward.Entry, ttl time.Duration) error {
+// requeue puts e, with its body, at the end of the outbox of each of
+// routes as a fresh forward intent; its payload then lives for the
+// receipt TTL from now.
+func (t *tx) requeue(e forward.Entry, routes []string, ttl time.Duration) error {
 	e, status := forward.Requeue(e, t.now)
-	if err := t.enqueue(&e, expiry(t.now, ttl)); err != nil {
+	if err := t.enqueue(&e, routes, expiry(t.now, ttl)); err != nil {
 		return err
 	}
-	return t.setForward(e.Source, e.RequestID, e.CreatedAt, status, ttl)
+	for _, route := range routes {
+		e.Route = route
+		if err := t.setForward(&e, status, ttl); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// DeadLetterCounts returns how many dead letters each source has. It reads
-// keys only.
-func (s *Store) DeadLetterCounts() (map[string]int, error) {
-	counts := make(map[string]int)
+// DeadLetterCounts returns how many dead letters each target has. It
+// reads keys only.
+func (s *Store) DeadLetterCounts() (map[forward.Target]int, error) {
+	counts := make(map[forward.Target]int)
 	err := s.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixDead}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			source, _, _ := strings.Cut(string(it.Item().Key()[1:]), "\x00")
-			counts[source]++
+			counts[deadTarget(it.Item().Key())]++
 		}
 		return nil
 	})

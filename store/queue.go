@@ -13,7 +13,9 @@ import (
 // bodyBudget bounds the bytes of bodies the queue keeps in memory. Entries
 // accepted while it has room are claimed with the body the decision wrote,
 // which is the common case when forwarding keeps up; the others' bodies are
-// read from their payload keys when they are claimed.
+// read from their payload keys when they are claimed. The entries of one
+// delivery's routes share its body's bytes, but each counts them: the
+// budget errs on holding less.
 const bodyBudget = 32 << 20
 
 // settledMax bounds, per generation, the settled claim tokens the queue
@@ -27,7 +29,7 @@ const settledMax = 1 << 16
 // settles entries after their batch commits.
 type queue struct {
 	mu      sync.Mutex
-	sources map[string]*sourceQueue
+	targets map[forward.Target]*targetQueue
 	token   uint64
 	bodies  int // bytes of bodies held
 	// settled holds the tokens of claims settled lately, in two
@@ -35,7 +37,8 @@ type queue struct {
 	settled, settledPrev map[uint64]struct{}
 }
 
-type sourceQueue struct {
+// targetQueue is the lanes of one target (source, route).
+type targetQueue struct {
 	lanes   map[string]*lane
 	ready   laneHeap           // lanes whose head is not claimed, by when it is due
 	claimed map[*lane]struct{} // lanes whose head is claimed
@@ -45,7 +48,7 @@ type sourceQueue struct {
 	n         int // entries
 }
 
-// lane is the entries of one (source, resource), in outbox order.
+// lane is the entries of one (source, route, resource), in outbox order.
 type lane struct {
 	key   string
 	items []*item
@@ -68,10 +71,10 @@ type item struct {
 }
 
 func newQueue() *queue {
-	return &queue{sources: make(map[string]*sourceQueue), settled: make(map[uint64]struct{}), settledPrev: make(map[uint64]struct{})}
+	return &queue{targets: make(map[forward.Target]*targetQueue), settled: make(map[uint64]struct{}), settledPrev: make(map[uint64]struct{})}
 }
 
-// laneKey names e's lane within its source: its resource, or its position
+// laneKey names e's lane within its target: its resource, or its position
 // when it has none, as entries without a resource go in parallel.
 func laneKey(e *forward.Entry) string {
 	if e.Resource != "" {
@@ -118,16 +121,16 @@ func (q *queue) add(e forward.Entry, body []byte, expiresAt uint64) {
 }
 
 func (q *queue) addLocked(e forward.Entry, body []byte, expiresAt uint64) {
-	sq := q.sources[e.Source]
-	if sq == nil {
-		sq = &sourceQueue{lanes: make(map[string]*lane), claimed: make(map[*lane]struct{})}
-		q.sources[e.Source] = sq
+	tq := q.targets[e.Target()]
+	if tq == nil {
+		tq = &targetQueue{lanes: make(map[string]*lane), claimed: make(map[*lane]struct{})}
+		q.targets[e.Target()] = tq
 	}
 	key := laneKey(&e)
-	l := sq.lanes[key]
+	l := tq.lanes[key]
 	if l == nil {
 		l = &lane{key: key}
-		sq.lanes[key] = l
+		tq.lanes[key] = l
 	}
 	e.Body = nil
 	it := &item{entry: e}
@@ -136,31 +139,31 @@ func (q *queue) addLocked(e forward.Entry, body []byte, expiresAt uint64) {
 		q.bodies += len(body)
 	}
 	l.items = append(l.items, it)
-	sq.n++
+	tq.n++
 	if len(l.items) == 1 {
-		heap.Push(&sq.ready, l)
+		heap.Push(&tq.ready, l)
 	}
 }
 
-// claim hands owner up to n of source's due lane heads: those not claimed,
+// claim hands owner up to n of target's due lane heads: those not claimed,
 // and those whose lease ended. A claim's Body is nil when the queue does
 // not hold it, or holds it past its payload's expiry (the queue then lets
 // it go); needBody lists those claims, whose payload keys say whether a
 // body is left.
-func (q *queue) claim(owner, source string, n int, lease time.Duration, now time.Time) (claims []forward.Claim, needBody []int) {
+func (q *queue) claim(owner string, target forward.Target, n int, lease time.Duration, now time.Time) (claims []forward.Claim, needBody []int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	sq := q.sources[source]
-	if sq == nil || n <= 0 {
+	tq := q.targets[target]
+	if tq == nil || n <= 0 {
 		return nil, nil
 	}
 	take := func(l *lane) {
 		it := l.items[0]
 		q.token++
 		it.claimed, it.token, it.until = true, q.token, now.Add(lease)
-		sq.claimed[l] = struct{}{}
-		if sq.leaseEnds.IsZero() || it.until.Before(sq.leaseEnds) {
-			sq.leaseEnds = it.until
+		tq.claimed[l] = struct{}{}
+		if tq.leaseEnds.IsZero() || it.until.Before(tq.leaseEnds) {
+			tq.leaseEnds = it.until
 		}
 		c := forward.Claim{Entry: it.entry, Owner: owner, Token: it.token, Until: it.until, Newer: len(l.items) > 1}
 		if it.held && it.expiresAt != 0 && it.expiresAt <= uint64(now.Unix()) {
@@ -175,28 +178,28 @@ func (q *queue) claim(owner, source string, n int, lease time.Duration, now time
 		claims = append(claims, c)
 	}
 	// A lease that ended is claimable again, oldest entry first.
-	if !sq.leaseEnds.IsZero() && !now.Before(sq.leaseEnds) {
+	if !tq.leaseEnds.IsZero() && !now.Before(tq.leaseEnds) {
 		var expired []*lane
-		sq.leaseEnds = time.Time{}
-		for l := range sq.claimed {
+		tq.leaseEnds = time.Time{}
+		for l := range tq.claimed {
 			h := l.items[0]
 			if !h.until.After(now) && !h.settling {
 				expired = append(expired, l)
-			} else if sq.leaseEnds.IsZero() || h.until.Before(sq.leaseEnds) {
-				sq.leaseEnds = h.until
+			} else if tq.leaseEnds.IsZero() || h.until.Before(tq.leaseEnds) {
+				tq.leaseEnds = h.until
 			}
 		}
 		slices.SortFunc(expired, func(a, b *lane) int { return compareSeq(a.items[0].entry.Seq, b.items[0].entry.Seq) })
 		for i, l := range expired {
 			if i < n {
 				take(l)
-			} else if sq.leaseEnds.IsZero() || !sq.leaseEnds.Before(now) {
-				sq.leaseEnds = now // left for the next claim
+			} else if tq.leaseEnds.IsZero() || !tq.leaseEnds.Before(now) {
+				tq.leaseEnds = now // left for the next claim
 			}
 		}
 	}
-	for len(claims) < n && sq.ready.Len() > 0 && !sq.ready[0].due.After(now) {
-		take(heap.Pop(&sq.ready).(*lane))
+	for len(claims) < n && tq.ready.Len() > 0 && !tq.ready[0].due.After(now) {
+		take(heap.Pop(&tq.ready).(*lane))
 	}
 	return claims, needBody
 }
@@ -220,8 +223,8 @@ func (q *queue) check(c *forward.Claim) (ok, lost bool) {
 	if q.wasSettled(c.Token) {
 		return false, false
 	}
-	if sq := q.sources[c.Source]; sq != nil {
-		if l := sq.lanes[laneKey(&c.Entry)]; l != nil {
+	if tq := q.targets[c.Target()]; tq != nil {
+		if l := tq.lanes[laneKey(&c.Entry)]; l != nil {
 			h := l.items[0]
 			if h.entry.Seq == c.Seq && h.token == c.Token && h.claimed {
 				h.settling = true
@@ -239,8 +242,8 @@ func (q *queue) settleLocked(c *forward.Claim, eff *forward.Effect) {
 	if q.wasSettled(c.Token) {
 		return
 	}
-	sq := q.sources[c.Source]
-	l := sq.lanes[laneKey(&c.Entry)]
+	tq := q.targets[c.Target()]
+	l := tq.lanes[laneKey(&c.Entry)]
 	if l == nil || l.items[0].entry.Seq != c.Seq {
 		return
 	}
@@ -250,11 +253,11 @@ func (q *queue) settleLocked(c *forward.Claim, eff *forward.Effect) {
 	q.settled[c.Token] = struct{}{}
 	it := l.items[0]
 	it.claimed, it.settling = false, false
-	delete(sq.claimed, l)
+	delete(tq.claimed, l)
 	if eff.Move == forward.Reschedule {
 		it.entry = eff.Entry
 		it.entry.Body = nil
-		heap.Push(&sq.ready, l)
+		heap.Push(&tq.ready, l)
 		return
 	}
 	if it.held {
@@ -262,12 +265,12 @@ func (q *queue) settleLocked(c *forward.Claim, eff *forward.Effect) {
 	}
 	l.items[0] = nil
 	l.items = l.items[1:]
-	sq.n--
+	tq.n--
 	if len(l.items) == 0 {
-		delete(sq.lanes, l.key)
+		delete(tq.lanes, l.key)
 		return
 	}
-	heap.Push(&sq.ready, l)
+	heap.Push(&tq.ready, l)
 }
 
 func (q *queue) wasSettled(token uint64) bool {
@@ -278,14 +281,14 @@ func (q *queue) wasSettled(token uint64) bool {
 	return done
 }
 
-// pending returns how many entries each source has.
-func (q *queue) pending() map[string]int {
+// pending returns how many entries each target has.
+func (q *queue) pending() map[forward.Target]int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	counts := make(map[string]int, len(q.sources))
-	for source, sq := range q.sources {
-		if sq.n > 0 {
-			counts[source] = sq.n
+	counts := make(map[forward.Target]int, len(q.targets))
+	for target, tq := range q.targets {
+		if tq.n > 0 {
+			counts[target] = tq.n
 		}
 	}
 	return counts

@@ -30,11 +30,9 @@ const (
 var words = [...]string{
 	string(webhookd.Accepted), string(webhookd.Duplicate), string(webhookd.Stale), string(webhookd.Conflict),
 	string(dedupe.New),
-	string(versioning.First), string(versioning.Newer), string(versioning.Unordered),
-	string(webhookd.ForwardNone), string(webhookd.ForwardPending), string(webhookd.ForwardRetrying),
-	string(webhookd.ForwardDelivered), string(webhookd.ForwardDead), string(webhookd.ForwardDiscarded),
-	string(webhookd.ForwardSuperseded),
-	string(versioning.Tie),
+	string(versioning.First), string(versioning.Newer), string(versioning.Unordered), string(versioning.Tie),
+	string(webhookd.ForwardPending), string(webhookd.ForwardRetrying), string(webhookd.ForwardDelivered),
+	string(webhookd.ForwardDead), string(webhookd.ForwardDiscarded), string(webhookd.ForwardSuperseded),
 }
 
 var errMalformed = errors.New("malformed record")
@@ -44,7 +42,7 @@ var errMalformed = errors.New("malformed record")
 func encode(v any) ([]byte, error) {
 	switch v := v.(type) {
 	case *dedupe.Receipt:
-		return appendReceipt(make([]byte, 0, 160+64*len(v.Deliveries)), v), nil
+		return appendReceipt(make([]byte, 0, 160+64*len(v.Deliveries)+32*len(v.Routes)), v), nil
 	case *versioning.Latest:
 		return appendLatest(make([]byte, 0, 64), v), nil
 	case *webhookd.ForwardStatus:
@@ -103,7 +101,15 @@ func appendReceipt(b []byte, r *dedupe.Receipt) []byte {
 		b = appendTime(b, d.ReceivedAt)
 		b = appendWord(b, string(d.Decision))
 	}
-	return appendForward(b, &r.Forward)
+	b = binary.AppendUvarint(b, uint64(len(r.Routes)))
+	for i := range r.Routes {
+		b = appendString(b, r.Routes[i].Route)
+		b = appendForward(b, &r.Routes[i].ForwardStatus)
+	}
+	if r.Unrouted {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }
 
 func appendLatest(b []byte, l *versioning.Latest) []byte {
@@ -302,7 +308,25 @@ func (r *reader) receipt(rc *dedupe.Receipt) {
 			d.Decision = webhookd.Decision(r.word("decision"))
 		}
 	}
-	r.forward(&rc.Forward)
+	if n := r.uvarint("routes"); n > 0 {
+		// Each route takes seven bytes at least.
+		if n > uint64(len(r.b))/7 {
+			r.fail("routes")
+			return
+		}
+		rc.Routes = make([]webhookd.RouteStatus, n)
+		for i := range rc.Routes {
+			rc.Routes[i].Route = r.string("route")
+			r.forward(&rc.Routes[i].ForwardStatus)
+		}
+	}
+	switch r.byte("unrouted") {
+	case 0:
+	case 1:
+		rc.Unrouted = true
+	default:
+		r.fail("unrouted")
+	}
 }
 
 func (r *reader) latest(l *versioning.Latest) {

@@ -13,8 +13,8 @@ import (
 	"github.com/webhookd/webhookd/versioning"
 )
 
-// fullRecords returns a receipt, its forward status and a latest version
-// with every field set, times in UTC and the receipt's reason the one its
+// fullRecords returns a receipt, the forward status of its first route and
+// a latest version with every field set, times in UTC and the receipt's reason the one its
 // fields give, as decode returns them.
 func fullRecords() (*dedupe.Receipt, *webhookd.ForwardStatus, *versioning.Latest) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
@@ -23,13 +23,18 @@ func fullRecords() (*dedupe.Receipt, *webhookd.ForwardStatus, *versioning.Latest
 		Source: "billing", RequestID: "req-1", Resource: "sub_1", Version: "2", Decision: webhookd.Accepted,
 		DuplicateDecision: dedupe.New, OrderingDecision: string(versioning.Newer), LatestVersionAtDecision: "1",
 		PayloadSHA256: strings.Repeat("0f", 32), FirstSeen: at,
-		Forward: webhookd.ForwardStatus{State: webhookd.ForwardRetrying, Attempts: 2, LastStatus: 503,
-			LastError: "busy", NextAttemptAt: &later, DeliveredAt: &at},
+		Routes: []webhookd.RouteStatus{
+			{Route: "ledger", ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardRetrying, Attempts: 2, LastStatus: 503,
+				LastError: "busy", NextAttemptAt: &later, DeliveredAt: &at}},
+			{Route: "audit", ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardDelivered, Attempts: 1, DeliveredAt: &at}},
+		},
+		// Not with routes in practice; set so that the round trips cover it.
+		Unrouted: true,
 	}
 	r.Reason = dedupe.Reason(versioning.Newer, r.Version, r.LatestVersionAtDecision)
 	r.Record(dedupe.Delivery{DeliveryID: "d-1", ReceivedAt: at, Decision: webhookd.Accepted})
 	r.Record(dedupe.Delivery{DeliveryID: "d-2", ReceivedAt: later, Decision: webhookd.Duplicate})
-	f := r.Forward
+	f := r.Routes[0].ForwardStatus
 	return r, &f, &versioning.Latest{Version: "2", Order: 2, RequestID: "req-1", UpdatedAt: at}
 }
 
@@ -38,7 +43,7 @@ func fullRecords() (*dedupe.Receipt, *webhookd.ForwardStatus, *versioning.Latest
 // would come back zero and hide it.
 func TestFullRecordsSetEveryField(t *testing.T) {
 	r, f, l := fullRecords()
-	for _, v := range []any{r, &r.Deliveries[0], f, l} {
+	for _, v := range []any{r, &r.Deliveries[0], &r.Routes[0], f, l} {
 		rv := reflect.ValueOf(v).Elem()
 		for i := range rv.NumField() {
 			if rv.Field(i).IsZero() {
@@ -57,6 +62,8 @@ func TestRecordsRoundTrip(t *testing.T) {
 	roundTrip(t, &webhookd.ForwardStatus{})
 	roundTrip(t, &versioning.Latest{})
 	r.Deliveries = []dedupe.Delivery{}
+	roundTrip(t, r)
+	r.Routes, r.Unrouted = nil, false
 	roundTrip(t, r)
 }
 
@@ -81,7 +88,8 @@ func roundTrip[T any](t *testing.T, want *T) {
 func TestRecordsAreSmall(t *testing.T) {
 	r, _, l := fullRecords()
 	r.Deliveries = r.Deliveries[:1]
-	r.Forward = webhookd.ForwardStatus{State: webhookd.ForwardPending}
+	r.Routes = []webhookd.RouteStatus{{Route: "ledger", ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardPending}}}
+	r.Unrouted = false
 	r.Deliveries[0].DeliveryID = "5f0c6e1e-8f4a-4d55-9d1b-2b8c7f3a9e01"
 	for _, c := range []struct {
 		v   any
@@ -117,6 +125,8 @@ func TestDecodeRefusesMalformedRecords(t *testing.T) {
 		"unknown word":           []byte{tagReceipt, 0, 0, 0, 0, 200},
 		"nanoseconds past 1e9":   append([]byte{tagLatest, 0, 0, 0, 0}, 0xff, 0xff, 0xff, 0xff, 0x0f),
 		"forged delivery count":  append(forged, 0, 0xff, 0xff, 0xff, 0xff, 0x0f),
+		"forged route count":     append(forged, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f),
+		"bad unrouted flag":      append(forged, 0, 0, 0, 2),
 		"string past the end":    []byte{tagReceipt, 5, 'a'},
 		"bad digest flag":        []byte{tagReceipt, 0, 0, 0, 0, 1, 5, 8, 0, 7},
 		"attempts past an int64": append(forged, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01),
@@ -145,17 +155,20 @@ func FuzzRecords(f *testing.F) {
 			Source: resource + id, RequestID: id, Resource: resource, Version: version,
 			Decision: webhookd.Decision(word), DuplicateDecision: dedupe.Outcome(resource), OrderingDecision: word,
 			LatestVersionAtDecision: version, PayloadSHA256: id, FirstSeen: at, LastSeen: at.Add(time.Duration(order % 1e12)).UTC(),
-			Forward: webhookd.ForwardStatus{State: webhookd.ForwardState(word), Attempts: n, LastStatus: -n, LastError: version},
+			Unrouted: n%2 == 0,
 		}
 		r.Reason = dedupe.Reason(versioning.Ordering(word), version, version)
 		for i := range deliveries % (dedupe.MaxDeliveries + 2) {
 			r.Record(dedupe.Delivery{DeliveryID: id[:min(i, len(id))], ReceivedAt: at, Decision: webhookd.Decision(word)})
 		}
 		r.Attempts = n
+		fr := webhookd.ForwardStatus{State: webhookd.ForwardState(word), Attempts: n, LastStatus: -n, LastError: version}
 		if deliveries%2 == 1 {
-			r.Forward.NextAttemptAt, r.Forward.DeliveredAt = &at, &r.LastSeen
+			fr.NextAttemptAt, fr.DeliveredAt = &at, &r.LastSeen
 		}
-		fr := r.Forward
+		for i := range deliveries % 4 {
+			r.Routes = append(r.Routes, webhookd.RouteStatus{Route: id[:min(i, len(id))] + resource, ForwardStatus: fr})
+		}
 		roundTrip(t, r)
 		roundTrip(t, &fr)
 		roundTrip(t, &versioning.Latest{Version: version, Order: order, RequestID: id, UpdatedAt: at})

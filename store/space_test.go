@@ -109,10 +109,10 @@ func TestLowSpaceRefusesNewWritesAndResumes(t *testing.T) {
 	if _, err := s.Decide(ctx, versioned("req-1", "sub_1", 1)); webhookd.ErrorCode(err) != webhookd.EUNAVAILABLE {
 		t.Errorf("a duplicate under the reserve (it rewrites its receipt): %v, want unavailable", err)
 	}
-	if err := s.Redeliver(ctx, "billing", "req-1"); err != ErrLowSpace {
+	if err := s.Redeliver(ctx, "billing", "req-1", ""); err != ErrLowSpace {
 		t.Errorf("Redeliver under the reserve: %v, want ErrLowSpace", err)
 	}
-	if err := s.RetryDeadLetter(ctx, "billing", "req-1"); err != ErrLowSpace {
+	if err := s.RetryDeadLetter(ctx, ledger, "req-1"); err != ErrLowSpace {
 		t.Errorf("RetryDeadLetter under the reserve: %v, want ErrLowSpace", err)
 	}
 	// Reads go on, and forwarding claims and settles what it sends.

@@ -52,6 +52,7 @@ func delivery(requestID, deliveryID, body string) webhookd.Delivery {
 		Fingerprint: fp,
 		ReceivedAt:  time.Now(),
 		Forward:     true,
+		Routes:      []string{"ledger"},
 		Body:        []byte(body),
 		ContentType: "application/json",
 	}
@@ -113,8 +114,8 @@ func TestRetriesWithNewDeliveryIDsAreDuplicates(t *testing.T) {
 			t.Errorf("deliveries[%d] = %+v", i, d)
 		}
 	}
-	if r.Forward.State != webhookd.ForwardPending {
-		t.Errorf("forward state = %s, want pending", r.Forward.State)
+	if st := r.Route("ledger"); st == nil || st.State != webhookd.ForwardPending {
+		t.Errorf("forward status = %+v, want pending", st)
 	}
 	if n := countOutbox(t, s); n != 1 {
 		t.Errorf("outbox holds %d entries, want 1", n)
@@ -227,7 +228,7 @@ func TestOpenFailsOnALockedDirectory(t *testing.T) {
 
 func outbox(t *testing.T, s *Store) []forward.Entry {
 	t.Helper()
-	entries, err := s.Outbox(ctx, "")
+	entries, err := s.Outbox(ctx, forward.Target{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,11 +237,16 @@ func outbox(t *testing.T, s *Store) []forward.Entry {
 
 func countOutbox(t *testing.T, s *Store) int { return len(outbox(t, s)) }
 
-// claimAll claims every due lane head of billing, for no time: each is
-// claimable again at once, and its claim holds until then.
+// claimAll claims every due lane head of billing's ledger route, for no
+// time: each is claimable again at once, and its claim holds until then.
 func claimAll(t *testing.T, s *Store) []forward.Claim {
 	t.Helper()
-	claims, err := s.Claim(ctx, "test", "billing", 1000, 0)
+	return claimAllOf(t, s, ledger)
+}
+
+func claimAllOf(t *testing.T, s *Store, target forward.Target) []forward.Claim {
+	t.Helper()
+	claims, err := s.Claim(ctx, "test", target, 1000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +256,7 @@ func claimAll(t *testing.T, s *Store) []forward.Claim {
 // settle claims e, which must be a lane head, and settles it with r.
 func settle(t *testing.T, s *Store, e forward.Entry, r forward.Result) {
 	t.Helper()
-	for _, c := range claimAll(t, s) {
+	for _, c := range claimAllOf(t, s, e.Target()) {
 		if c.Seq == e.Seq {
 			if err := s.Settle(ctx, c, r); err != nil {
 				t.Fatal(err)
@@ -258,35 +264,51 @@ func settle(t *testing.T, s *Store, e forward.Entry, r forward.Result) {
 			return
 		}
 	}
-	t.Fatalf("%s/%s is not a lane head", e.Source, e.RequestID)
+	t.Fatalf("%s/%s is not a lane head", e.Target(), e.RequestID)
 }
 
-func TestForwardStatusFollowsTheReceipt(t *testing.T) {
+// statusOf returns the forward status of requestID's receipt on route.
+func statusOf(t *testing.T, s *Store, requestID, route string) webhookd.ForwardStatus {
+	t.Helper()
+	rs := receiptOf(t, s, requestID).Route(route)
+	if rs == nil {
+		t.Fatalf("%s was not forwarded to %s", requestID, route)
+	}
+	return rs.ForwardStatus
+}
+
+func TestForwardStatusesFollowTheReceipt(t *testing.T) {
 	s := openStore(t, t.TempDir())
-	mustDecide(t, s, versioned("req-1", "sub_1", 1))
-	if r := receiptOf(t, s, "req-1"); r.Forward.State != webhookd.ForwardPending {
-		t.Fatalf("forward state after the decision: %s, want pending", r.Forward.State)
+	d := versioned("req-1", "sub_1", 1)
+	d.Routes = []string{"ledger", "audit"}
+	mustDecide(t, s, d)
+	for _, route := range d.Routes {
+		if st := statusOf(t, s, "req-1", route); st.State != webhookd.ForwardPending {
+			t.Fatalf("forward state on %s after the decision: %s, want pending", route, st.State)
+		}
 	}
 	entries := outbox(t, s)
-	if len(entries) != 1 {
-		t.Fatalf("outbox: %d entries", len(entries))
+	if len(entries) != 2 || entries[0].Route != "ledger" || entries[1].Route != "audit" {
+		t.Fatalf("outbox: %+v, want an entry on ledger, then audit", entries)
 	}
 	at := time.Now().UTC().Truncate(time.Millisecond)
 	settle(t, s, entries[0], forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: at})
-	want := webhookd.ForwardStatus{State: webhookd.ForwardDelivered, Attempts: 1, LastStatus: 200, DeliveredAt: &at}
+	settle(t, s, entries[1], forward.Result{State: webhookd.ForwardDead, Attempts: 1, Status: 400, At: at})
 	assertForward := func(when string) {
 		t.Helper()
-		got := receiptOf(t, s, "req-1").Forward
-		if got.State != want.State || got.Attempts != want.Attempts || got.LastStatus != want.LastStatus ||
+		got := statusOf(t, s, "req-1", "ledger")
+		if got.State != webhookd.ForwardDelivered || got.Attempts != 1 || got.LastStatus != 200 ||
 			got.DeliveredAt == nil || !got.DeliveredAt.Equal(at) {
-			t.Errorf("forward status %s: %+v, want %+v", when, got, want)
+			t.Errorf("forward status on ledger %s: %+v, want delivered at %v", when, got, at)
+		}
+		if got := statusOf(t, s, "req-1", "audit"); got.State != webhookd.ForwardDead || got.LastStatus != 400 {
+			t.Errorf("forward status on audit %s: %+v, want dead after a 400", when, got)
 		}
 	}
 	assertForward("after settling")
 
-	// A redelivery folds the status into the receipt it rewrites, so the
-	// status lives as long as the receipt.
-	d := versioned("req-1", "sub_1", 1)
+	// A redelivery folds every route's status into the receipt it
+	// rewrites, so the statuses live as long as the receipt.
 	d.DeliveryID = "d-again"
 	if out := mustDecide(t, s, d); out.Decision != webhookd.Duplicate {
 		t.Fatalf("redelivery: %s", out.Decision)
@@ -294,14 +316,73 @@ func TestForwardStatusFollowsTheReceipt(t *testing.T) {
 	assertForward("after a redelivery")
 	firstSeen := receiptOf(t, s, "req-1").FirstSeen
 	if err := s.view(func(txn *badger.Txn) error {
-		found, err := s.reader(txn).exists(forwardKey("billing", "req-1", firstSeen))
-		if found {
-			t.Error("the forward key outlived the redelivery that folded it")
+		for _, route := range d.Routes {
+			found, err := s.reader(txn).exists(forwardKey("billing", "req-1", firstSeen, route))
+			if err != nil {
+				return err
+			}
+			if found {
+				t.Errorf("the forward key of %s outlived the redelivery that folded it", route)
+			}
 		}
-		return err
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A delivery to several routes writes its body once: one payload key,
+// and an outbox entry without a body for each route. Each route's claim
+// gets the body.
+func TestFanOutWritesOnePayload(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	d := delivery("req-1", "d-1", `{"fan":"out"}`)
+	d.Routes = []string{"a", "b", "c"}
+	mustDecide(t, s, d)
+	count := func(prefix byte) (n int) {
+		t.Helper()
+		if err := s.view(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefix}})
+			defer it.Close()
+			for it.Rewind(); it.Valid(); it.Next() {
+				n++
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if p, o := count(prefixPayload), count(prefixOutbox); p != 1 || o != 3 {
+		t.Errorf("%d payload keys and %d outbox keys, want 1 and 3", p, o)
+	}
+	for _, e := range outbox(t, s) {
+		if e.Body != nil {
+			t.Errorf("outbox entry of %s holds a body", e.Route)
+		}
+	}
+	// From memory, then from the payload key after a restart.
+	for _, from := range []string{"memory", "badger"} {
+		if from == "badger" {
+			s = reopened(t, s)
+		}
+		for _, route := range d.Routes {
+			c := claimAllOf(t, s, forward.Target{Source: "billing", Route: route})
+			if len(c) != 1 || c[0].Route != route || string(c[0].Body) != `{"fan":"out"}` {
+				t.Errorf("claimed on %s from %s: %+v, want req-1 with its body", route, from, c)
+			}
+		}
+	}
+}
+
+// reopened closes s and opens its directory again, with its clock and TTL.
+func reopened(t *testing.T, s *Store) *Store {
+	t.Helper()
+	dir, now, ttl := s.Path, s.Now, s.ReceiptTTL
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return openStore(t, dir, func(s *Store) { s.ReceiptTTL, s.Now = ttl, now })
 }
 
 // A forward status is written to expire a receipt TTL after it was
@@ -327,7 +408,7 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 	decideAt(delivery("req-1", "d-2", `{"n":1}`)) // now expires at 3
 	settle("req-1", webhookd.ForwardDelivered)
 	at(2.1)
-	if got := receiptOf(t, s, "req-1").Forward.State; got != webhookd.ForwardDelivered {
+	if got := statusOf(t, s, "req-1", "ledger").State; got != webhookd.ForwardDelivered {
 		t.Errorf("forward state past the first delivery's TTL: %s, want delivered", got)
 	}
 
@@ -345,14 +426,14 @@ func TestForwardStatusLivesAsLongAsItsReceiptOnly(t *testing.T) {
 	}
 	// The dead letter of req-3's first receipt would be sent in place of
 	// the second, with its body and status, under the same Idempotency-Key.
-	if err := s.RetryDeadLetter(ctx, "billing", "req-3"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+	if err := s.RetryDeadLetter(ctx, ledger, "req-3"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
 		t.Fatalf("retrying the dead letter of an earlier receipt under req-3: %v, want conflict", err)
 	}
-	if err := s.DiscardDeadLetter(ctx, "billing", "req-3"); err != nil {
+	if err := s.DiscardDeadLetter(ctx, ledger, "req-3"); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"req-2", "req-3"} {
-		if got := receiptOf(t, s, id).Forward.State; got != webhookd.ForwardPending {
+		if got := statusOf(t, s, id, "ledger").State; got != webhookd.ForwardPending {
 			t.Errorf("forward state of a new receipt under %s, an old request ID: %s, want pending", id, got)
 		}
 	}
@@ -373,7 +454,7 @@ func TestSettlingAnOldEntryKeepsALaterReceiptsStatus(t *testing.T) {
 	}
 	settle(t, s, entries[1], forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: time.Now()})
 	settle(t, s, entries[0], forward.Result{State: webhookd.ForwardDead, Attempts: 1, Status: 500, At: time.Now()})
-	if got := receiptOf(t, s, "req-1").Forward.State; got != webhookd.ForwardDelivered {
+	if got := statusOf(t, s, "req-1", "ledger").State; got != webhookd.ForwardDelivered {
 		t.Errorf("forward state of the new receipt after the old entry was settled: %s, want delivered", got)
 	}
 }
@@ -512,9 +593,7 @@ func TestEntryDoesNotTakeALaterReceiptsPayload(t *testing.T) {
 	if claims := claimAll(t, s); len(claims) != 2 || claims[0].Body != nil || string(claims[1].Body) != `{"n":"B"}` {
 		t.Errorf("claims from memory: %+v; want the first without a body", claims)
 	}
-	dir, now := s.Path, s.Now
-	s.Close()
-	s = openStore(t, dir, func(s *Store) { s.ReceiptTTL, s.Now = time.Second, now })
+	s = reopened(t, s)
 	if claims := claimAll(t, s); len(claims) != 2 || claims[0].Body != nil || string(claims[1].Body) != `{"n":"B"}` {
 		t.Errorf("claims from Badger: %+v; want the first without a body", claims)
 	}
