@@ -61,11 +61,12 @@ func TestParseNamesShapeProblems(t *testing.T) {
 		{"quoted number", "max_body: \"2048\"\n" + src, `line 1: max_body: "2048" is text, not a number (quoted values and ${NAME} values are text)`},
 		{"number out of range", "max_body: 99999999999999999999\n" + src, `line 1: max_body: "99999999999999999999" is not a whole number in range`},
 		{"integer duration", "receipt_ttl: 60\n" + src, `line 1: receipt_ttl: "60" is not a duration (e.g. 90s, 15m or 168h)`},
-		{"bool", src + "    forward: {url: \"http://x\", supersede: sometimes}\n", `line 4: sources[0].forward.supersede: "sometimes" is not true or false`},
+		{"bool", src + "    routes: [{url: \"http://x\", supersede: sometimes}]\n", `line 4: sources[0].routes[0].supersede: "sometimes" is not true or false`},
 		{"section expected", "log: debug\n" + src, "line 1: log: must be a section of fields, not a single value"},
 		{"list expected", "sources: {name: a}\n", "line 1: sources: must be a list, not a section"},
 		{"single value expected", "listen: [a, b]\n" + src, "line 1: listen: must be a single value, not a list"},
-		{"nested unknown field", src + "    forward:\n      url: http://x\n      backoff: {intial: 1s}\n", "line 6: sources[0].forward.backoff.intial: unknown field (did you mean initial?)"},
+		{"nested unknown field", src + "    routes:\n      - url: http://x\n        backoff: {intial: 1s}\n", "line 6: sources[0].routes[0].backoff.intial: unknown field (did you mean initial?)"},
+		{"routes as a section", src + "    routes:\n      url: http://x\n", "line 5: sources[0].routes: must be a list, not a section"},
 		{"unknown field, nothing near", "colour: blue\n" + src, "line 1: colour: unknown field (known: admin, data_dir, listen, log, max_body, receipt_ttl, record, shutdown_timeout, sources, storage)"},
 		{"anchor that holds itself", "sources: [&a {<<: *a, name: a, request_id: json:id}]\n", "line 1: sources[0]: *a refers to the section that holds it"},
 		{"set twice", "listen: \":1\"\nlisten: \":2\"\n" + src, "line 2: listen: set twice (also on line 1)"},
@@ -92,14 +93,14 @@ sources:
   - &a
     name: a
     request_id: json:id
-    forward: { <<: [{timeout: 3s}, {max_attempts: 2}], url: "http://x" }
+    routes: [{ <<: [{timeout: 3s}, {max_attempts: 2}], url: "http://x" }]
   - <<: *a
     name: b
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := cfg.Sources[1].Forward; cfg.Sources[1].Name != "b" || f == nil || f.Timeout != 3*time.Second || f.MaxAttempts != 2 {
+	if r := cfg.Sources[1].Routes; cfg.Sources[1].Name != "b" || len(r) != 1 || r[0].Timeout != 3*time.Second || r[0].MaxAttempts != 2 {
 		t.Errorf("merged source = %+v", cfg.Sources[1])
 	}
 }
@@ -119,13 +120,13 @@ sources:
   - name: gh
     request_id: json:id
     verify: { scheme: github, secrets: ["${WEBHOOKD_TEST_EMPTY}"] }
-    forward: { url: "http://x", sign: { secret: "${WEBHOOKD_TEST_UNSET}" } }
+    routes: [{ url: "http://x", sign: { secret: "${WEBHOOKD_TEST_UNSET}" } }]
 `)
 	want := []string{
 		"line 1: data_dir: empty — is WEBHOOKD_TEST_UNSET set?",
 		"line 6: sources[0].verify.secrets[0]: empty — is STRIPE_WEBHOOK_SECRET set?",
 		`line 9: sources[1].verify.secrets: at least one non-empty secret is required for scheme "github"`,
-		"line 10: sources[1].forward.sign.secret: empty — is WEBHOOKD_TEST_UNSET set?",
+		"line 10: sources[1].routes[0].sign.secret: empty — is WEBHOOKD_TEST_UNSET set?",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("problems:\n%q\nwant:\n%q", got, want)
@@ -165,7 +166,7 @@ func TestParseFillsTheDefaultsInEffect(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(string(Example())))
 	f.Add([]byte("sources: [{name: a, request_id: json:id, responses: {stale: 200, stale: 201}}]"))
-	f.Add([]byte("sources: [&a {name: a, request_id: json:id}, {<<: *a, name: b, forward: {url: 'http://x', timeout: 1s}}]"))
+	f.Add([]byte("sources: [&a {name: a, request_id: json:id}, {<<: *a, name: b, routes: [{url: 'http://x', timeout: 1s, filter: 'body.type == \"x\"'}]}]"))
 	f.Add([]byte("receipt_ttl: 60\nmax_body: '1'\nlog: [x]\nsources: {a: 1}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data)

@@ -197,12 +197,13 @@ const DefaultRoute = "default"
 // downstream.
 type Route struct {
 	// Name is unique in its source; it may be left out, as DefaultRoute,
-	// when the source has one route.
-	Name string `yaml:"name" validate:"required,source_name"`
+	// when the source has one route. It is required with more than one,
+	// which Validate says in those words.
+	Name string `yaml:"name" validate:"omitempty,source_name"`
 	// Filter is a CEL expression over the delivery (package filter); empty
 	// selects every accepted delivery.
 	Filter string `yaml:"filter"`
-	// Match is Filter compiled, nil when Filter is empty.
+	// Match is Filter compiled by Parse, nil when Filter is empty.
 	Match       *filter.Filter    `yaml:"-"`
 	URL         string            `yaml:"url" validate:"required,http_url"`
 	Timeout     time.Duration     `yaml:"timeout" validate:"gt=0"`
@@ -280,17 +281,40 @@ func Parse(data []byte) (*Config, error) {
 	for i := range cfg.Sources {
 		cfg.Sources[i].setDefaults(cfg.MaxBody)
 	}
+	problems := cfg.compileFilters()
 	if err := cfg.Validate(); err != nil {
 		var verr *ValidationError
 		if !errors.As(err, &verr) {
 			return nil, err
 		}
-		check.rules(verr.Problems)
+		problems = append(problems, verr.Problems...)
 	}
+	check.rules(problems)
 	if len(check.problems) > 0 {
 		return nil, &ValidationError{Problems: check.sorted()}
 	}
 	return cfg, nil
+}
+
+// compileFilters sets each route's Match, and returns the filters that do
+// not compile, each with the position in the expression.
+func (c *Config) compileFilters() []Problem {
+	var problems []Problem
+	for i := range c.Sources {
+		for j := range c.Sources[i].Routes {
+			r := &c.Sources[i].Routes[j]
+			if r.Filter == "" {
+				continue
+			}
+			m, err := filter.Compile(r.Filter)
+			if err != nil {
+				problems = append(problems, Problem{Path: fmt.Sprintf("sources[%d].routes[%d].filter", i, j), Msg: err.Error()})
+				continue
+			}
+			r.Match = m
+		}
+	}
+	return problems
 }
 
 // quotedValue is how yaml quotes a value in an error; it may be a secret.
@@ -485,9 +509,18 @@ func (c *Config) Validate() error {
 		if s.Name == UnknownSource {
 			add(src+"name", "%q is reserved: it is the metrics label of requests to no configured source", s.Name)
 		}
+		named := make(map[string]int, len(s.Routes))
 		for j := range s.Routes {
 			f := &s.Routes[j]
 			route := fmt.Sprintf("%sroutes[%d].", src, j)
+			switch k, seen := named[f.Name]; {
+			case f.Name == "":
+				add(route+"name", "is required when a source has more than one route")
+			case seen:
+				add(route+"name", "%q is the name of routes[%d] too: a route's name is unique in its source", f.Name, k)
+			default:
+				named[f.Name] = j
+			}
 			if f.MaxAttempts > 0 {
 				// An entry still retrying when its payload expires is
 				// dead-lettered without a body.

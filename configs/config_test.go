@@ -3,11 +3,13 @@ package configs
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/filter"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -150,7 +152,7 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 		{"bad version ties", `sources: [{name: a, request_id: "json:id", resource: "json:r", version: "json:v", version_ties: allow}]`, []string{"sources[0].version_ties: must be one of: stale, accept (got allow)"}},
 		{"negative source max_body", `sources: [{name: a, request_id: "json:id", max_body: -1}]`, []string{"sources[0].max_body: must be at least 0 (got -1)"}},
 		{"reserved source name", `sources: [{name: unknown, request_id: "json:id"}]`, []string{`sources[0].name: "unknown" is reserved`}},
-		{"retries that overflow the window check", `{sources: [{name: a, request_id: "json:id", forward: {url: "http://127.0.0.1:9/", max_attempts: 30000000, timeout: 1h, backoff: {max: 1000h}}}]}`, []string{"sources[0].forward.max_attempts: retries may take up to"}},
+		{"retries that overflow the window check", `{sources: [{name: a, request_id: "json:id", routes: [{url: "http://127.0.0.1:9/", max_attempts: 30000000, timeout: 1h, backoff: {max: 1000h}}]}]}`, []string{"sources[0].routes[0].max_attempts: retries may take up to"}},
 		{"negative reserve", `{storage: {min_free: -1}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.min_free: must be at least 0 (got -1)"}},
 		{"unknown storage backend", `{storage: {backend: mysql}, sources: [{name: a, request_id: "json:id"}]}`, []string{"storage.backend: must be one of: badger, postgres (got mysql)"}},
 		{"data_dir with postgres", `{storage: {backend: postgres, dsn: "postgres://127.0.0.1/db"}, data_dir: /var/lib/webhookd, sources: [{name: a, request_id: "json:id"}]}`, []string{"data_dir: is set, but storage.backend postgres keeps everything in the database"}},
@@ -195,7 +197,7 @@ func TestTypeErrorsDoNotQuoteValues(t *testing.T) {
 	t.Setenv("WEBHOOKD_TEST_TOKEN", "tok-123456")
 	for secret, field := range map[string]string{
 		"whsec-l":    `verify: { scheme: stripe, secrets: "${WEBHOOKD_TEST_SECRET}" }`,
-		"tok-123456": `forward: { url: "http://127.0.0.1:9/", headers: "${WEBHOOKD_TEST_TOKEN}" }`,
+		"tok-123456": `routes: [{ url: "http://127.0.0.1:9/", headers: "${WEBHOOKD_TEST_TOKEN}" }]`,
 	} {
 		_, err := Parse([]byte("sources:\n  - name: a\n    request_id: json:id\n    " + field + "\n"))
 		if err == nil || !strings.Contains(err.Error(), ": must be a ") || strings.Contains(err.Error(), secret) {
@@ -216,27 +218,109 @@ func TestLoadNamesTheFile(t *testing.T) {
 	}
 }
 
-func TestForwardDefaultsAndValidation(t *testing.T) {
-	cfg, err := Parse([]byte(`sources: [{name: a, request_id: "json:id", forward: {url: "http://127.0.0.1:9000/a"}}]`))
+func TestRouteDefaultsAndValidation(t *testing.T) {
+	cfg, err := Parse([]byte(`sources: [{name: a, request_id: "json:id", routes: [{url: "http://127.0.0.1:9000/a"}]}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := cfg.Sources[0].Forward
-	if f.Timeout != 10*time.Second || f.Concurrency != 8 || f.MaxAttempts != 12 || f.Backoff.Initial != time.Second || f.Backoff.Max != 10*time.Minute || f.Supersede {
-		t.Errorf("forward defaults = %+v", f)
+	r := cfg.Sources[0].Routes[0]
+	if r.Name != DefaultRoute || r.Filter != "" || r.Match != nil || r.Timeout != 10*time.Second || r.Concurrency != 8 || r.MaxAttempts != 12 ||
+		r.Backoff.Initial != time.Second || r.Backoff.Max != 10*time.Minute || r.Supersede {
+		t.Errorf("route defaults = %+v", r)
 	}
 	for yaml, want := range map[string]string{
-		`{url: "ftp://x"}`: "sources[0].forward.url: must be an http or https URL",
-		`{url: "http://x", backoff: {initial: 5s, max: 1s}}`:        "sources[0].forward.backoff.max: must not be less than backoff.initial",
-		`{url: "http://x", concurrency: 5000}`:                      "sources[0].forward.concurrency: must be at most 1024",
-		`{url: "http://x", headers: {"Bad Header": "v"}}`:           "sources[0].forward.headers[Bad Header]: must be an HTTP header name",
-		`{url: "http://x", pass_headers: ["X-Ok", "no good"]}`:      "sources[0].forward.pass_headers[1]: must be an HTTP header name",
-		`{url: "http://x", max_attempts: 1000, backoff: {max: 1h}}`: "sources[0].forward.max_attempts: retries may take up to 1001h46m40s",
+		`{url: "ftp://x"}`: "sources[0].routes[0].url: must be an http or https URL",
+		`{url: "http://x", backoff: {initial: 5s, max: 1s}}`:        "sources[0].routes[0].backoff.max: must not be less than backoff.initial",
+		`{url: "http://x", concurrency: 5000}`:                      "sources[0].routes[0].concurrency: must be at most 1024",
+		`{url: "http://x", headers: {"Bad Header": "v"}}`:           "sources[0].routes[0].headers[Bad Header]: must be an HTTP header name",
+		`{url: "http://x", pass_headers: ["X-Ok", "no good"]}`:      "sources[0].routes[0].pass_headers[1]: must be an HTTP header name",
+		`{url: "http://x", max_attempts: 1000, backoff: {max: 1h}}`: "sources[0].routes[0].max_attempts: retries may take up to 1001h46m40s",
+		`{name: "Billing", url: "http://x"}`:                        "sources[0].routes[0].name: must be 1-64 lowercase letters",
 	} {
-		_, err := Parse([]byte(`sources: [{name: a, request_id: "json:id", forward: ` + yaml + `}]`))
+		_, err := Parse([]byte(`sources: [{name: a, request_id: "json:id", routes: [` + yaml + `]}]`))
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("forward %s: error %v, want %q", yaml, err, want)
+			t.Errorf("route %s: error %v, want %q", yaml, err, want)
 		}
+	}
+}
+
+// Each route's filter is compiled when the configuration is parsed, and
+// each route named, uniquely in its source; a source without routes
+// forwards nothing.
+func TestRoutes(t *testing.T) {
+	cfg, err := Parse([]byte(`sources:
+  - name: pay
+    request_id: json:id
+    routes:
+      - { name: billing, url: "http://127.0.0.1:9000/billing", filter: 'body.type.startsWith("invoice.")' }
+      - { name: analytics, url: "http://127.0.0.1:9000/analytics" }
+      - name: audit
+        url: http://127.0.0.1:9000/audit
+        filter: |
+          has(body.account)
+            && body.account == "acct_1"
+  - name: quiet
+    request_id: json:id
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := cfg.Sources[0].Routes
+	var names []string
+	for _, r := range routes {
+		names = append(names, r.Name)
+	}
+	if !slices.Equal(names, []string{"billing", "analytics", "audit"}) {
+		t.Fatalf("routes %q, want billing, analytics, audit in order", names)
+	}
+	if routes[0].Match == nil || routes[1].Match != nil || routes[2].Match == nil {
+		t.Fatalf("matches %v, %v, %v: want the two filters compiled and none for analytics", routes[0].Match, routes[1].Match, routes[2].Match)
+	}
+	invoice := &filter.Input{Body: []byte(`{"type": "invoice.paid", "account": "acct_1"}`)}
+	charge := &filter.Input{Body: []byte(`{"type": "charge.succeeded"}`)}
+	if !routes[0].Match.Match(invoice) || routes[0].Match.Match(charge) || !routes[2].Match.Match(invoice) || routes[2].Match.Match(charge) {
+		t.Error("a compiled filter selects other deliveries than its expression says")
+	}
+	if len(cfg.Sources[1].Routes) != 0 {
+		t.Errorf("a source without routes has %d", len(cfg.Sources[1].Routes))
+	}
+}
+
+// A filter that does not compile is a problem like any other, with its
+// line and its position in the expression, listed with the rest.
+func TestRouteProblems(t *testing.T) {
+	got := problems(t, `receipt_ttl: 1 week
+sources:
+  - name: pay
+    request_id: json:id
+    routes:
+      - name: billing
+        url: http://x
+        filter: body.type.startsWith("invoice.") && bdoy.account == "a"
+      - name: billing
+        url: http://y
+        filter: 'body.type.startsWith("invoice."'
+      - url: http://z
+      - name: audit
+        url: http://w
+        filter: request_id > 5
+  - name: gh
+    request_id: json:id
+    routes:
+      - url: ftp://x
+        filter: 'headers["x-github-event"] == "push"'
+`)
+	want := []string{
+		`line 1: receipt_ttl: "1 week" is not a duration (e.g. 90s, 15m or 168h)`,
+		"line 8: sources[0].routes[0].filter: undeclared reference to 'bdoy' at 1:37",
+		`line 9: sources[0].routes[1].name: "billing" is the name of routes[0] too: a route's name is unique in its source`,
+		"line 11: sources[0].routes[1].filter: Syntax error: missing ')' at '<EOF>' at 1:32",
+		"line 12: sources[0].routes[2].name: is required when a source has more than one route",
+		"line 15: sources[0].routes[3].filter: found no matching overload for '_>_' applied to '(string, int)' at 1:12",
+		"line 19: sources[1].routes[0].url: must be an http or https URL (got ftp://x)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%q\nwant:\n%q", got, want)
 	}
 }
 
@@ -252,10 +336,10 @@ func TestVerifyPresetsAndValidation(t *testing.T) {
 		t.Errorf("explicit selector must win over the preset, the rest comes from it: %+v", s)
 	}
 	for yaml, want := range map[string]string{
-		`{name: a, verify: {scheme: stripe, secrets: [""]}}`:                                        "sources[0].verify.secrets: at least one non-empty secret",
-		`{name: a, verify: {scheme: standard-webhooks, secrets: ["plain"]}}`:                        "sources[0].verify.secrets[0]:",
-		`{name: a, verify: {scheme: rot13}}`:                                                        "sources[0].verify.scheme: must be one of",
-		`{name: a, request_id: "json:id", forward: {url: "http://x", sign: {secret: "not-whsec"}}}`: "sources[0].forward.sign.secret:",
+		`{name: a, verify: {scheme: stripe, secrets: [""]}}`:                                         "sources[0].verify.secrets: at least one non-empty secret",
+		`{name: a, verify: {scheme: standard-webhooks, secrets: ["plain"]}}`:                         "sources[0].verify.secrets[0]:",
+		`{name: a, verify: {scheme: rot13}}`:                                                         "sources[0].verify.scheme: must be one of",
+		`{name: a, request_id: "json:id", routes: [{url: "http://x", sign: {secret: "not-whsec"}}]}`: "sources[0].routes[0].sign.secret:",
 	} {
 		_, err := Parse([]byte("sources: [" + yaml + "]"))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -13,10 +13,12 @@ import (
 const MaskedSecret = "****"
 
 // Masked returns a deep copy of c that is safe to print or log: the admin
-// token, the password in storage.dsn, every verify secret, every forward signing secret and every value
-// of forward.headers (they carry credentials such as "Authorization: Bearer
+// token, the password in storage.dsn, every verify secret, and of every
+// route the signing secret, the password its URL may carry and every value
+// of its headers (they carry credentials such as "Authorization: Bearer
 // ...") read as MaskedSecret. An empty secret stays empty, so that a reader
-// can still tell it is unset. c is not changed.
+// can still tell it is unset. c is not changed; the copy shares its routes'
+// compiled filters, which nothing changes.
 func (c *Config) Masked() *Config {
 	m := *c
 	m.Admin.Token = mask(c.Admin.Token)

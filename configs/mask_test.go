@@ -18,6 +18,9 @@ const (
 	testBearer      = "Bearer downstream-credential-5e0b"
 	testHeaderValue = "tenant-key-d41d"
 	testURLPassword = "url-password-a9e4"
+	testAuditSecret = "whsec_YXVkaXQtc2lnbmluZy1zZWNyZXQtZm9yLXRlc3Rz"
+	testAuditBearer = "Bearer audit-credential-77c1"
+	testAuditPass   = "audit-password-0b3e"
 )
 
 // fullConfig sets every optional section, so that the deep-copy check below
@@ -34,11 +37,18 @@ sources:
     record: { path: /tmp/gh, redact: [X-Hub-Signature-256] }
     fingerprint_exclude: [sent_at]
     responses: { stale: 409 }
-    forward:
-      url: http://hooks:` + testURLPassword + `@127.0.0.1:9000/gh
-      headers: { Authorization: "` + testBearer + `", X-Tenant-Key: "` + testHeaderValue + `", X-Empty: "" }
-      pass_headers: [X-GitHub-Event]
-      sign: { secret: "` + testSignSecret + `" }
+    routes:
+      - name: ci
+        filter: 'headers["x-github-event"] == "push"'
+        url: http://hooks:` + testURLPassword + `@127.0.0.1:9000/gh
+        headers: { Authorization: "` + testBearer + `", X-Tenant-Key: "` + testHeaderValue + `", X-Empty: "" }
+        pass_headers: [X-GitHub-Event]
+        sign: { secret: "` + testSignSecret + `" }
+      - name: audit
+        url: https://audit:` + testAuditPass + `@audit.internal/gh
+        headers: { Authorization: "` + testAuditBearer + `" }
+        pass_headers: [X-GitHub-Delivery]
+        sign: { secret: "` + testAuditSecret + `" }
   - name: plain
     request_id: header:Idempotency-Key
 `))
@@ -59,12 +69,13 @@ func TestMaskedHidesEverySecret(t *testing.T) {
 	if want := []string{MaskedSecret, MaskedSecret, ""}; !reflect.DeepEqual(gh.Verify.Secrets, want) {
 		t.Errorf("verify.secrets = %q, want %q (an empty entry stays empty)", gh.Verify.Secrets, want)
 	}
-	if gh.Forward.Sign.Secret != MaskedSecret {
-		t.Errorf("forward.sign.secret = %q", gh.Forward.Sign.Secret)
+	ci, audit := gh.Routes[0], gh.Routes[1]
+	if ci.Sign.Secret != MaskedSecret || audit.Sign.Secret != MaskedSecret {
+		t.Errorf("routes' sign.secret = %q, %q", ci.Sign.Secret, audit.Sign.Secret)
 	}
 	wantHeaders := map[string]string{"Authorization": MaskedSecret, "X-Tenant-Key": MaskedSecret, "X-Empty": ""}
-	if !reflect.DeepEqual(gh.Forward.Headers, wantHeaders) {
-		t.Errorf("forward.headers = %q, want %q", gh.Forward.Headers, wantHeaders)
+	if !reflect.DeepEqual(ci.Headers, wantHeaders) || !reflect.DeepEqual(audit.Headers, map[string]string{"Authorization": MaskedSecret}) {
+		t.Errorf("routes' headers = %q, %q; want %q and Authorization masked", ci.Headers, audit.Headers, wantHeaders)
 	}
 
 	// However it is printed, no secret may show, nor anything of its length.
@@ -72,10 +83,14 @@ func TestMaskedHidesEverySecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "http://hooks:****@127.0.0.1:9000/gh"; gh.Forward.URL != want {
-		t.Errorf("forward.url = %q, want %q", gh.Forward.URL, want)
+	if want := "http://hooks:****@127.0.0.1:9000/gh"; ci.URL != want {
+		t.Errorf("routes[0].url = %q, want %q", ci.URL, want)
 	}
-	for _, secret := range []string{testAdminToken, testVerifyOld, testVerifyNew, testSignSecret, testBearer, "Bearer", testHeaderValue, testURLPassword} {
+	if want := "https://audit:****@audit.internal/gh"; audit.URL != want {
+		t.Errorf("routes[1].url = %q, want %q", audit.URL, want)
+	}
+	for _, secret := range []string{testAdminToken, testVerifyOld, testVerifyNew, testSignSecret, testBearer, "Bearer", testHeaderValue, testURLPassword,
+		testAuditSecret, testAuditBearer, testAuditPass} {
 		if strings.Contains(string(out), secret) {
 			t.Errorf("masked configuration shows %q:\n%s", secret, out)
 		}
@@ -84,7 +99,8 @@ func TestMaskedHidesEverySecret(t *testing.T) {
 	// Everything that is not a secret is kept.
 	if m.Listen != cfg.Listen || m.ReceiptTTL != cfg.ReceiptTTL ||
 		gh.Verify.Scheme != "github" || gh.RequestID != "header:X-GitHub-Delivery" || m.Record.Path != "/tmp/rec" ||
-		!reflect.DeepEqual(gh.Forward.PassHeaders, []string{"X-GitHub-Event"}) || gh.Responses["stale"] != 409 {
+		!reflect.DeepEqual(ci.PassHeaders, []string{"X-GitHub-Event"}) || gh.Responses["stale"] != 409 ||
+		ci.Name != "ci" || ci.Filter != `headers["x-github-event"] == "push"` || ci.Match != cfg.Sources[0].Routes[0].Match || audit.Name != "audit" {
 		t.Errorf("masking changed more than the secrets: %+v", m)
 	}
 }
@@ -119,12 +135,20 @@ func TestMaskedLeavesUnsetSecretsEmpty(t *testing.T) {
 func TestMaskedDoesNotChangeTheOriginal(t *testing.T) {
 	cfg := fullConfig(t)
 	want := fullConfig(t)
+	// Two compilations of one filter are not deeply equal; the compiled
+	// filter is not the masking's to change.
+	for i := range want.Sources {
+		for j := range want.Sources[i].Routes {
+			want.Sources[i].Routes[j].Match = cfg.Sources[i].Routes[j].Match
+		}
+	}
 	m := cfg.Masked()
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatal("Masked changed its receiver")
 	}
 	// Writing through the copy must not reach the original either.
-	m.Sources[0].Forward.Headers["Authorization"] = "changed"
+	m.Sources[0].Routes[0].Headers["Authorization"] = "changed"
+	m.Sources[0].Routes[1].PassHeaders[0] = "changed"
 	m.Sources[0].Verify.Secrets[0] = "changed"
 	m.Sources[0].Responses["stale"] = 299
 	m.Record.Redact[0] = "changed"
@@ -163,7 +187,11 @@ func assertNoSharing(t *testing.T, path string, a, b reflect.Value) {
 		assertNoSharing(t, path, a.Elem(), b.Elem())
 	case reflect.Struct:
 		for i := range a.NumField() {
-			assertNoSharing(t, path+"."+yamlName(a.Type().Field(i)), a.Field(i), b.Field(i))
+			name := yamlName(a.Type().Field(i))
+			if name == "-" {
+				continue // a route's compiled filter, which nothing changes, is shared
+			}
+			assertNoSharing(t, path+"."+name, a.Field(i), b.Field(i))
 		}
 	case reflect.Slice:
 		for i := range a.Len() {

@@ -60,7 +60,8 @@ var backendFields = map[string][][2]string{
 }
 
 // writeConfig prints cfg as YAML that configs.Parse reads back, without
-// the fields of the storage backend it does not use.
+// the fields of the storage backend it does not use, and says what a
+// source without routes and a route without a filter do.
 func writeConfig(w io.Writer, cfg *configs.Config) error {
 	root := configNode(reflect.ValueOf(cfg))
 	for backend, fields := range backendFields {
@@ -73,6 +74,17 @@ func writeConfig(w io.Writer, cfg *configs.Config) error {
 				parent = value(root, f[0])
 			}
 			remove(parent, f[1])
+		}
+	}
+	for _, src := range value(root, "sources").Content {
+		routes := value(src, "routes")
+		if len(routes.Content) == 0 {
+			routes.LineComment = "decisions are recorded, nothing is forwarded"
+		}
+		for _, route := range routes.Content {
+			if f := value(route, "filter"); f.Value == "" {
+				f.LineComment = "every accepted delivery"
+			}
 		}
 	}
 	if cfg.Storage.Backend == configs.Badger && cfg.Storage.MinFree == 0 {

@@ -22,20 +22,24 @@ admin: { token: "${WEBHOOKD_TEST_CHECK_TOKEN}" }
 sources:
   - name: gh
     verify: { scheme: github, secrets: ["gh-verify-secret-1", "gh-verify-secret-0"] }
-    forward:
-      url: http://sink:9000/gh
-      headers: { Authorization: "Bearer downstream-credential" }
-      sign: { secret: "whsec_c2lnbmluZy1zZWNyZXQtZm9yLXRlc3Rz" }
+    routes:
+      - name: ci
+        filter: 'headers["x-github-event"] == "push" && body.ref == "refs/heads/main"'
+        url: http://sink:9000/gh
+        headers: { Authorization: "Bearer downstream-credential" }
+        sign: { secret: "whsec_c2lnbmluZy1zZWNyZXQtZm9yLXRlc3Rz" }
+      - name: archive
+        url: http://archive:archive-password-4d2c@sink:9000/archive
   - name: audit
     request_id: header:Idempotency-Key
   - name: pay
     verify: { scheme: stripe, secrets: ["stripe-verify-secret"] }
 `
 
-var checkedSecrets = []string{"admin-token-from-env", "gh-verify-secret-1", "gh-verify-secret-0", "downstream-credential", "c2lnbmluZy1zZWNyZXQ", "stripe-verify-secret"}
+var checkedSecrets = []string{"admin-token-from-env", "gh-verify-secret-1", "gh-verify-secret-0", "downstream-credential", "c2lnbmluZy1zZWNyZXQ", "archive-password-4d2c", "stripe-verify-secret"}
 
-// invalidConfig breaks three rules, misspells a field and holds a value
-// that is not a duration.
+// invalidConfig breaks three rules, misspells a field, holds a value
+// that is not a duration and a filter that does not compile.
 const invalidConfig = `
 listen: nope
 receipt_ttl: 1 week
@@ -43,6 +47,9 @@ sources:
   - name: Bad Name
     request_id: x
     delivery_idd: header:X-Id
+    routes:
+      - url: http://127.0.0.1:9000/x
+        filter: body.type.startsWith("invoice.") && bdoy.id == "1"
 `
 
 var invalidProblems = []string{
@@ -51,6 +58,7 @@ var invalidProblems = []string{
 	"line 5: sources[0].name: must be 1-64 lowercase letters",
 	"line 6: sources[0].request_id: must be json:<dotted.path> or header:<Name>",
 	"line 7: sources[0].delivery_idd: unknown field (did you mean delivery_id?)",
+	"line 10: sources[0].routes[0].filter: undeclared reference to 'bdoy' at 1:37",
 }
 
 // goWords are what a message naming Go's types rather than the file's would hold.
@@ -96,9 +104,13 @@ func TestConfigCheckPrintsTheEffectiveConfigurationMasked(t *testing.T) {
 		"shutdown_timeout: 10s\n",
 		"  token: '****'\n",
 		"request_id: header:X-GitHub-Delivery\n", // the github preset
-		"      timeout: 10s\n",
-		"        max: 10m0s\n",
-		"      Authorization: '****'\n",
+		"  - name: gh\n",
+		"      - name: ci\n        filter: headers[\"x-github-event\"] == \"push\" && body.ref == \"refs/heads/main\"\n",
+		"      - name: archive\n        filter: \"\" # every accepted delivery\n        url: http://archive:****@sink:9000/archive\n",
+		"    routes: [] # decisions are recorded, nothing is forwarded\n",
+		"        timeout: 10s\n",
+		"          max: 10m0s\n",
+		"          Authorization: '****'\n",
 		"      stale: 200\n", // every decision's status
 	} {
 		if !strings.Contains(stdout, want) {
@@ -132,7 +144,7 @@ func TestConfigCheckPrintsTheEffectiveConfigurationMasked(t *testing.T) {
 	if err := dec.Decode(&back); err != nil {
 		t.Fatalf("output does not read back as a configuration: %v\n%s", err, stdout)
 	}
-	if back.ReceiptTTL != 168*time.Hour || back.Sources[0].Forward.Backoff.Max != 10*time.Minute || back.Sources[0].Verify.Secrets[1] != configs.MaskedSecret {
+	if back.ReceiptTTL != 168*time.Hour || back.Sources[0].Routes[1].Backoff.Max != 10*time.Minute || back.Sources[0].Routes[0].Filter != want.Sources[0].Routes[0].Filter || back.Sources[0].Verify.Secrets[1] != configs.MaskedSecret {
 		t.Errorf("read back %+v", back)
 	}
 	var again, masked bytes.Buffer
