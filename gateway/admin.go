@@ -58,15 +58,12 @@ func (s *Server) knownSource(name string) error {
 // the configuration is unknown too, though its entries and dead letters
 // stay in the store.
 func (s *Server) knownRoute(source, route string) error {
-	src := s.sources[source]
-	for _, r := range src.routes {
+	var names []string
+	for _, r := range s.sources[source].routes {
 		if r.name == route {
 			return nil
 		}
-	}
-	names := make([]string, len(src.routes))
-	for i, r := range src.routes {
-		names[i] = r.name
+		names = append(names, r.name)
 	}
 	has := "it has no routes"
 	if len(names) > 0 {
@@ -235,11 +232,11 @@ func (s *Server) handleRedeliver(c *fiber.Ctx) error {
 	if err := s.records.Redeliver(c.UserContext(), source, requestID, route); err != nil {
 		return err
 	}
-	answer := fiber.Map{"source": source, "request_id": requestID, "forward": webhookd.ForwardPending}
+	did := fiber.Map{"source": source, "request_id": requestID, "forward": webhookd.ForwardPending}
 	if route != "" {
-		answer["route"] = route
+		did["route"] = route
 	}
-	return c.Status(fiber.StatusAccepted).JSON(answer)
+	return c.Status(fiber.StatusAccepted).JSON(did)
 }
 
 func (s *Server) handleRetryDeadLetter(c *fiber.Ctx) error {

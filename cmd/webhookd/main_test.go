@@ -117,15 +117,18 @@ type recorder struct {
 
 func newRecorder(t *testing.T) (*recorder, *httptest.Server) {
 	r := &recorder{keys: map[string]int{}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		io.Copy(io.Discard, req.Body)
-		r.mu.Lock()
-		r.keys[req.Header.Get("Idempotency-Key")]++
-		r.seen = append(r.seen, req.Header.Get("Webhook-Resource")+" "+req.Header.Get("Webhook-Version"))
-		r.mu.Unlock()
-	}))
+	srv := httptest.NewServer(http.HandlerFunc(r.serve))
 	t.Cleanup(srv.Close)
 	return r, srv
+}
+
+// serve records one request and answers 200.
+func (r *recorder) serve(_ http.ResponseWriter, req *http.Request) {
+	io.Copy(io.Discard, req.Body)
+	r.mu.Lock()
+	r.keys[req.Header.Get("Idempotency-Key")]++
+	r.seen = append(r.seen, req.Header.Get("Webhook-Resource")+" "+req.Header.Get("Webhook-Version"))
+	r.mu.Unlock()
 }
 
 func (r *recorder) count(key string) int {
