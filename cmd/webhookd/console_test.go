@@ -152,8 +152,8 @@ sources:
 `, storage, adminToken, down, down, up)
 }
 
-// event is a billing delivery of one event type.
-func event(requestID, typ, object string) string {
+// billingEvent is a billing delivery of one event type.
+func billingEvent(requestID, typ, object string) string {
 	return fmt.Sprintf(`{"request_id":%q,"type":%q,"object":{"id":%q,"version":1}}`, requestID, typ, object)
 }
 
@@ -211,7 +211,7 @@ func consoleInABrowser(t *testing.T, storage string) {
 
 	deliver := func(requestID, deliveryID, typ, resource string) {
 		t.Helper()
-		status, body := c.send(http.MethodPost, "http://"+c.public+"/hooks/billing", event(requestID, typ, resource),
+		status, body := c.send(http.MethodPost, "http://"+c.public+"/hooks/billing", billingEvent(requestID, typ, resource),
 			map[string]string{"X-Delivery-Id": deliveryID})
 		if status >= 300 {
 			t.Fatalf("deliver %s: %d %v", requestID, status, body)
