@@ -203,7 +203,8 @@ type Route struct {
 	// Filter is a CEL expression over the delivery (package filter); empty
 	// selects every accepted delivery.
 	Filter string `yaml:"filter"`
-	// Match is Filter compiled by Parse, nil when Filter is empty.
+	// Match is Filter compiled by Parse, nil when Filter is empty (a nil
+	// Filter selects every delivery).
 	Match       *filter.Filter    `yaml:"-"`
 	URL         string            `yaml:"url" validate:"required,http_url"`
 	Timeout     time.Duration     `yaml:"timeout" validate:"gt=0"`
