@@ -444,7 +444,8 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 
 // selectRoutes returns the names of the routes whose filter selects d, in
 // configuration order, and the request's headers that any of them passes
-// through. Filters run on every delivery parsed, before the decision; only
+// through. parse has checked the body is JSON when the source reads a
+// field of it. Filters run on every delivery parsed, before the decision; only
 // an accepted delivery's routes are written. The names are the
 // configuration's strings and the headers copies: both outlive the
 // request.
@@ -452,7 +453,7 @@ func (src *source) selectRoutes(c *fiber.Ctx, d *webhookd.Delivery, body []byte)
 	if src.everyRoute != nil {
 		return src.everyRoute, passHeaders(c, src.everyPass, nil)
 	}
-	in := filter.Input{Body: body, Header: requestHeader(c), RequestID: d.RequestID, Resource: d.Resource, Version: d.Version}
+	in := filter.Input{Body: body, ValidJSON: src.needsJSON, Header: requestHeader(c), RequestID: d.RequestID, Resource: d.Resource, Version: d.Version}
 	for _, r := range src.routes {
 		if r.match == nil || r.match.Match(&in) {
 			names = append(names, r.name)

@@ -681,7 +681,7 @@ func TestSlowDownstreamHoldsUpOnlyItsSource(t *testing.T) {
 	fast := newDownstream(t, nil)
 	slowRoute := route(slow.URL)
 	slowRoute.Concurrency = 1
-	start(t, s, map[forward.Target]sender.Route{target("slow"): slowRoute, "fast": route(fast.URL)})
+	start(t, s, map[forward.Target]sender.Route{target("slow"): slowRoute, target("fast"): route(fast.URL)})
 	for i := 0; i < 3; i++ {
 		accept(t, s, "slow", fmt.Sprint("s-", i), "", 0)
 	}
