@@ -8,6 +8,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/forward"
 )
 
 // The console keeps what happened recently in memory, bounded: per source
@@ -32,7 +33,7 @@ var decisions = []string{string(webhookd.Accepted), string(webhookd.Duplicate), 
 // last.
 var reasons = [...]string{"signature", "invalid", "too_large", "encoding", "timeout", "unknown_source", "unavailable", "internal", "other"}
 
-// forwardResults are forward.Metrics' results.
+// forwardResults are sender.Metrics' results.
 var forwardResults = [...]string{"delivered", "retry", "dead"}
 
 // Event is one answer of the public listener, as the live tail shows it.
@@ -147,8 +148,9 @@ func (a *activity) Rejected(source string, d webhookd.Delivery, reason, message 
 	a.publish(&e, now)
 }
 
-// Attempted is forward.Metrics' method: one forward attempt and its result.
-func (a *activity) Attempted(source, result string, took time.Duration) {
+// Attempted is sender.Metrics' method: one forward attempt to target and
+// its result. The overview counts attempts per source.
+func (a *activity) Attempted(target forward.Target, result string, took time.Duration) {
 	i := slices.Index(forwardResults[:], result)
 	if i < 0 {
 		return
@@ -156,7 +158,7 @@ func (a *activity) Attempted(source, result string, took time.Duration) {
 	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	m := a.seriesOf(source).at(now)
+	m := a.seriesOf(target.Source).at(now)
 	m.forwards[i]++
 	m.took += took
 	m.slowest = max(m.slowest, took)

@@ -19,14 +19,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/storage"
 )
 
 // Records is what the console reads and repairs: the admin API's
-// records and the store's readiness.
+// records, the store's readiness, and the queues' depths by route.
 type Records interface {
 	storage.Records
 	Ready() error
+	Pending(ctx context.Context) (map[forward.Target]int, error)
+	DeadLetterCounts() (map[forward.Target]int, error)
 }
 
 // Usage is the disk a store takes, and the room it has left where that
@@ -67,9 +70,14 @@ func (NoDisk) Usage(context.Context) (Usage, error) {
 
 // Source is a configured source, as the console lists it.
 type Source struct {
-	Name     string
-	Forwards bool
+	Name string
+	// Routes names the source's routes, in configuration order; none when
+	// the source only records decisions.
+	Routes []string
 }
+
+// Forwards says whether the source has routes.
+func (s Source) Forwards() bool { return len(s.Routes) > 0 }
 
 //go:embed templates static
 var files embed.FS

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,11 +50,38 @@ type fixture struct {
 	store   *store.Store
 	clock   *clock
 	app     *fiber.App
+	// warehouse counts the requests billing's warehouse downstream took,
+	// by Idempotency-Key.
+	warehouse *counter
 }
 
-// sources: billing forwards and dead-letters at its first refusal, ledger
-// forwards and retries for an hour, audit records only.
-var sources = []Source{{Name: "billing", Forwards: true}, {Name: "ledger", Forwards: true}, {Name: "audit"}}
+type counter struct {
+	mu   sync.Mutex
+	took map[string]int
+}
+
+func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.took[r.Header.Get("Idempotency-Key")]++
+}
+
+func (c *counter) count(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.took[key]
+}
+
+// sources: billing forwards to two routes, crm, which dead-letters at its
+// first refusal, and warehouse, whose downstream takes everything; ledger
+// forwards to one route and retries for an hour; audit records only.
+var sources = []Source{{Name: "billing", Routes: []string{"crm", "warehouse"}}, {Name: "ledger", Routes: []string{"default"}}, {Name: "audit"}}
+
+var (
+	crm       = forward.Target{Source: "billing", Route: "crm"}
+	warehouse = forward.Target{Source: "billing", Route: "warehouse"}
+	ledger    = forward.Target{Source: "ledger", Route: "default"}
+)
 
 func newFixture(t *testing.T, token string) *fixture {
 	t.Helper()
@@ -68,21 +96,25 @@ func newFixture(t *testing.T, token string) *fixture {
 	t.Cleanup(c.Close)
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.All("/ui/*", c.Handle)
-	return &fixture{t: t, console: c, store: st, clock: clk, app: app}
+	return &fixture{t: t, console: c, store: st, clock: clk, app: app, warehouse: &counter{took: map[string]int{}}}
 }
 
-// forwarding starts a forwarder to a downstream that refuses everything:
-// billing's entries become dead letters, ledger's wait for their next
-// attempt in an hour.
+// forwarding starts a forwarder: billing's crm and ledger go to a
+// downstream that refuses everything, so that crm's entries become dead
+// letters and ledger's wait for their next attempt in an hour; billing's
+// warehouse goes to one that takes everything.
 func (f *fixture) forwarding() {
 	f.t.Helper()
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
 	}))
 	f.t.Cleanup(down.Close)
-	fw := sender.New(f.store, map[string]sender.Route{
-		"billing": {URL: down.URL, Timeout: time.Second, Concurrency: 1, Policy: forward.RetryPolicy{MaxAttempts: 1, Initial: time.Millisecond, Max: time.Millisecond}},
-		"ledger":  {URL: down.URL, Timeout: time.Second, Concurrency: 1, Policy: forward.RetryPolicy{MaxAttempts: 100, Initial: time.Hour, Max: time.Hour}},
+	up := httptest.NewServer(f.warehouse)
+	f.t.Cleanup(up.Close)
+	fw := sender.New(f.store, map[forward.Target]sender.Route{
+		crm:       {URL: down.URL, Timeout: time.Second, Concurrency: 1, Policy: forward.RetryPolicy{MaxAttempts: 1, Initial: time.Millisecond, Max: time.Millisecond}},
+		warehouse: {URL: up.URL, Timeout: time.Second, Concurrency: 1, Policy: forward.RetryPolicy{MaxAttempts: 1, Initial: time.Millisecond, Max: time.Millisecond}},
+		ledger:    {URL: down.URL, Timeout: time.Second, Concurrency: 1, Policy: forward.RetryPolicy{MaxAttempts: 100, Initial: time.Hour, Max: time.Hour}},
 	}, zaptest.NewLogger(f.t))
 	fw.Metrics = f.console
 	if err := fw.Open(); err != nil {
@@ -91,13 +123,25 @@ func (f *fixture) forwarding() {
 	f.t.Cleanup(func() { fw.Close(context.Background()) })
 }
 
-// deliver decides d as the gateway would, and tells the console.
+// deliver decides d as the gateway would, routed to every route of its
+// source, and tells the console.
 func (f *fixture) deliver(source, requestID, deliveryID, resource, version string) webhookd.Outcome {
 	f.t.Helper()
-	d := webhookd.Delivery{Source: source, RequestID: requestID, DeliveryID: deliveryID, Resource: resource, Version: version,
-		Fingerprint: "fp-" + requestID, ReceivedAt: time.Now(), Forward: source != "audit", Body: []byte(`{}`)}
-	if version != "" {
-		fmt.Sscan(version, &d.VersionOrder)
+	var routes []string
+	for _, s := range sources {
+		if s.Name == source {
+			routes = s.Routes
+		}
+	}
+	return f.decide(webhookd.Delivery{Source: source, RequestID: requestID, DeliveryID: deliveryID, Resource: resource, Version: version,
+		Fingerprint: "fp-" + requestID, ReceivedAt: time.Now(), Forward: len(routes) > 0, Routes: routes, Body: []byte(`{}`)})
+}
+
+// decide decides d, and tells the console.
+func (f *fixture) decide(d webhookd.Delivery) webhookd.Outcome {
+	f.t.Helper()
+	if d.Version != "" {
+		fmt.Sscan(d.Version, &d.VersionOrder)
 	}
 	out, err := f.store.Decide(context.Background(), d)
 	if err != nil {
@@ -107,16 +151,31 @@ func (f *fixture) deliver(source, requestID, deliveryID, resource, version strin
 	return out
 }
 
-func (f *fixture) waitForward(source, requestID string, state webhookd.ForwardState) {
+// waitTook waits for billing's warehouse downstream to have taken requestID
+// n times.
+func (f *fixture) waitTook(requestID string, n int) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.warehouse.count(requestID) != n {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("warehouse took %s %d times, want %d", requestID, f.warehouse.count(requestID), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitForward waits for requestID's forward status on target to become
+// state.
+func (f *fixture) waitForward(target forward.Target, requestID string, state webhookd.ForwardState) {
 	f.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r, err := f.store.Receipt(context.Background(), source, requestID)
-		if err == nil && r.Forward.State == state {
+		r, err := f.store.Receipt(context.Background(), target.Source, requestID)
+		if err == nil && r.Route(target.Route) != nil && r.Route(target.Route).State == state {
 			return
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("%s/%s never became %s: %+v %v", source, requestID, state, r, err)
+			f.t.Fatalf("%s/%s never became %s: %+v %v", target, requestID, state, r, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -318,9 +377,8 @@ func TestPostsNeedTheCSRFTokenAndTheSameOrigin(t *testing.T) {
 	f := newFixture(t, token)
 	f.forwarding()
 	f.deliver("billing", "req-1", "", "", "")
-	f.waitForward("billing", "req-1", webhookd.ForwardDead)
+	f.waitForward(crm, "req-1", webhookd.ForwardDead)
 	cookie := f.login()
-	retry := url.Values{"source": {"billing"}, "request_id": {"req-1"}}
 	otherSession := f.console.auth.session(f.clock.now().Add(time.Minute))
 	for name, tc := range map[string]struct {
 		csrf    string
@@ -334,23 +392,23 @@ func TestPostsNeedTheCSRFTokenAndTheSameOrigin(t *testing.T) {
 		"another Origin":              {f.console.auth.csrf(cookie), map[string]string{"Origin": "http://evil.example"}},
 		"a null Origin":               {f.console.auth.csrf(cookie), map[string]string{"Origin": "null"}},
 	} {
-		form := url.Values{"source": retry["source"], "request_id": retry["request_id"], csrfField: {tc.csrf}}
+		form := url.Values{"source": {"billing"}, "route": {"crm"}, "request_id": {"req-1"}, csrfField: {tc.csrf}}
 		if a := f.rawPost("/ui/deadletters/retry", cookie, form, tc.headers); a.status != http.StatusForbidden {
 			t.Errorf("%s: %d, want 403", name, a.status)
 		}
 	}
-	if dead, _ := f.store.DeadLetters(context.Background(), "billing"); len(dead) != 1 {
+	if dead, _ := f.store.DeadLetters(context.Background(), crm); len(dead) != 1 {
 		t.Fatalf("a refused POST changed the dead letters: %v", dead)
 	}
 	if a := f.rawPost("/ui/logout", cookie, url.Values{}, nil); a.status != http.StatusForbidden {
 		t.Errorf("logout without the CSRF token: %d, want 403", a.status)
 	}
-	a := f.rawPost("/ui/deadletters/retry", cookie, url.Values{"source": {"billing"}, "request_id": {"req-1"}, csrfField: {f.console.auth.csrf(cookie)}},
+	a := f.rawPost("/ui/deadletters/retry", cookie, url.Values{"source": {"billing"}, "route": {"crm"}, "request_id": {"req-1"}, csrfField: {f.console.auth.csrf(cookie)}},
 		map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://example.com"})
 	if a.status != http.StatusAccepted {
 		t.Errorf("a POST from the console's own page: %d %s", a.status, a.body)
 	}
-	contains(t, "retry", a, "req-1 is back in the outbox")
+	contains(t, "retry", a, "billing/crm/req-1 is back in the outbox")
 	if a := f.rawPost("/ui/login", "", url.Values{"token": {token}}, map[string]string{"Authorization": "", "Origin": "http://evil.example"}); a.status != http.StatusForbidden {
 		t.Errorf("a login posted from another site: %d, want 403", a.status)
 	}
@@ -426,35 +484,62 @@ func TestPagesShowTheRecords(t *testing.T) {
 	f := newFixture(t, token)
 	f.forwarding()
 	f.deliver("billing", "req-1", "dlv-1", "sub_1", "5")
-	f.waitForward("billing", "req-1", webhookd.ForwardDead) // its attempt counted in this minute
+	f.waitForward(crm, "req-1", webhookd.ForwardDead) // its attempt counted in this minute
+	f.waitForward(warehouse, "req-1", webhookd.ForwardDelivered)
 	f.clock.add(time.Minute)
 	f.deliver("billing", "req-1", "dlv-2", "sub_1", "5")
 	f.deliver("billing", "req-0", "dlv-3", "sub_1", "4")
 	f.deliver("ledger", "led-1", "", "acct_1", "1")
 	f.console.Rejected("billing", webhookd.Delivery{}, "signature", "signature mismatch")
-	f.waitForward("billing", "req-1", webhookd.ForwardDead)
-	f.waitForward("ledger", "led-1", webhookd.ForwardRetrying)
+	f.waitForward(ledger, "led-1", webhookd.ForwardRetrying)
 
 	receipt := f.get("/ui/receipt?source=billing&request_id=req-1")
 	contains(t, "receipt", receipt, "billing / <span class=\"mono\">req-1</span>", "dlv-1", "dlv-2",
-		`<span class="badge duplicate">duplicate</span>`, "503 Service Unavailable", "it is a dead letter",
-		"at least once", `href="/ui/resource?source=billing&amp;resource=sub_1"`, "<span class=\"mono\">5</span> against latest <span class=\"mono\">none</span>")
-	if strings.Contains(receipt.body, `action="/ui/receipt/redeliver"`) {
-		t.Error("a dead letter's receipt offers a redelivery")
+		`<span class="badge duplicate">duplicate</span>`, `href="/ui/resource?source=billing&amp;resource=sub_1"`,
+		"<span class=\"mono\">5</span> against latest <span class=\"mono\">none</span>")
+	crmRow, warehouseRow := row(t, receipt, "route-crm"), row(t, receipt, "route-warehouse")
+	for _, want := range []string{`<span class="badge dead">dead</span>`, "503 Service Unavailable", "down for maintenance",
+		"it is a dead letter", `<a href="/ui/deadletters?filter=billing%2fcrm">`} {
+		if !strings.Contains(crmRow, want) {
+			t.Errorf("the receipt's crm route does not say %q:\n%s", want, crmRow)
+		}
 	}
+	for _, want := range []string{`<span class="badge delivered">delivered</span>`, "200 OK", `<time datetime=`,
+		`name="route" value="warehouse"`, `aria-label="Redeliver to warehouse"`} {
+		if !strings.Contains(warehouseRow, want) {
+			t.Errorf("the receipt's warehouse route does not say %q:\n%s", want, warehouseRow)
+		}
+	}
+	if strings.Contains(crmRow, `action="/ui/receipt/redeliver"`) {
+		t.Error("a dead letter's route offers a redelivery")
+	}
+	if strings.Contains(receipt.body, "Redeliver to all") {
+		t.Error("the receipt offers a redelivery to all when one route alone can take it")
+	}
+	contains(t, "receipt's risks", receipt, "route crm: forwarding gave up (a dead letter)", "route warehouse: forwarding is at least once")
+
 	stale := f.get("/ui/receipt?source=billing&request_id=req-0")
 	contains(t, "stale receipt", stale, `<span class="badge stale">stale</span>`, "against latest <span class=\"mono\">5</span>",
-		"decided stale, not accepted", "set by <a href=\"/ui/receipt?source=billing&amp;request_id=req-1\"")
+		"No redelivery: request was decided stale, not accepted", "set by <a href=\"/ui/receipt?source=billing&amp;request_id=req-1\"")
 	contains(t, "resource", f.get("/ui/resource?source=billing&resource=sub_1"), `<dd class="mono">5</dd>`, "request_id=req-1")
 	dead := f.get("/ui/deadletters")
-	contains(t, "dead letters", dead, `<h2 id="g-billing">billing`, "req-1", "503 Service Unavailable", `aria-label="Retry req-1"`)
-	if strings.Contains(dead.body, "led-1") {
-		t.Error("a retrying entry is listed as a dead letter")
+	contains(t, "dead letters", dead, `<h2 id="g-billing">billing`, `<td data-label="Route" class="mono">crm</td>`, "req-1",
+		"503 Service Unavailable", `name="route" value="crm"`, `aria-label="Retry req-1 to crm"`, `aria-label="Discard req-1 to crm"`)
+	if strings.Contains(dead.body, "led-1") || strings.Contains(dead.body, ">warehouse</td>") {
+		t.Error("a retrying or delivered entry is listed as a dead letter")
 	}
-	outbox := f.get("/ui/outbox?filter=ledger")
-	contains(t, "outbox", outbox, "led-1", "Next attempt", "503 Service Unavailable")
-	if strings.Contains(outbox.body, "req-1") {
-		t.Error("the outbox filtered to ledger shows billing's entries")
+	contains(t, "dead letters of a route that has none", f.get("/ui/deadletters?filter=billing/warehouse"),
+		"No dead letters for billing/warehouse", `<option value="billing/warehouse" selected>billing / warehouse</option>`)
+	for _, filter := range []string{"ledger", "ledger/default"} {
+		outbox := f.get("/ui/outbox?filter=" + url.QueryEscape(filter))
+		contains(t, "outbox of "+filter, outbox, "led-1", `<td data-label="Route" class="mono">default</td>`, "Next attempt", "503 Service Unavailable",
+			`<option value="`+filter+`" selected>`)
+		if strings.Contains(outbox.body, "req-1") {
+			t.Errorf("the outbox filtered to %s shows billing's entries", filter)
+		}
+	}
+	if outbox := f.get("/ui/outbox?filter=billing"); strings.Contains(outbox.body, "led-1") || !strings.Contains(outbox.body, "The outbox is empty for billing") {
+		t.Errorf("the outbox filtered to billing:\n%s", outbox.body)
 	}
 	overview := f.get("/ui/")
 	contains(t, "overview", overview,
@@ -462,13 +547,51 @@ func TestPagesShowTheRecords(t *testing.T) {
 		"duplicate per minute, the last 15 minutes: 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1",
 		"stale per minute, the last 15 minutes: 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1",
 		`<span class="reason">signature</span> 1`,
-		`<a href="/ui/deadletters?filter=billing" class="alert">1</a>`,
-		`<a href="/ui/outbox?filter=ledger">1 pending</a>`)
-	if !strings.Contains(overview.body, "dead per minute, the last 15 minutes: 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0") {
-		t.Errorf("the overview does not count billing's dead attempt:\n%s", overview.body)
+		"forwards to 2 routes",
+		`<a href="/ui/deadletters?filter=billing%2fcrm" class="alert">1</a>`,
+		`<a href="/ui/outbox?filter=billing%2fcrm">0 pending</a>`,
+		`<a href="/ui/deadletters?filter=billing%2fwarehouse">0</a>`,
+		`<a href="/ui/outbox?filter=ledger%2fdefault">1 pending</a>`)
+	for _, want := range []string{
+		"dead per minute, the last 15 minutes: 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0",
+		"delivered per minute, the last 15 minutes: 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0",
+	} {
+		if !strings.Contains(overview.body, want) {
+			t.Errorf("the overview does not count billing's attempts: %q\n%s", want, overview.body)
+		}
 	}
 	f.clock.add(historyMinutes * time.Minute)
 	contains(t, "overview a quarter hour later", f.get("/ui/"), "No deliveries in the last 15 minutes")
+}
+
+// row returns the table row of a page with id.
+func row(t *testing.T, a answer, id string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(a.body, `<tr id="`+id+`">`)
+	if !ok {
+		t.Fatalf("the page has no row %s:\n%s", id, a.body)
+	}
+	r, _, _ := strings.Cut(rest, "</tr>")
+	return r
+}
+
+// A delivery of a forwarding source that matched no route's filter is
+// accepted and routed nowhere, and its receipt says so.
+func TestTheReceiptOfAnUnroutedDelivery(t *testing.T) {
+	f := newFixture(t, token)
+	f.decide(webhookd.Delivery{Source: "billing", RequestID: "req-none", Fingerprint: "fp", ReceivedAt: time.Now(), Forward: true, Body: []byte(`{}`)})
+	a := f.get("/ui/receipt?source=billing&request_id=req-none")
+	contains(t, "unrouted receipt", a, `<span class="badge accepted">accepted</span>`, "Routed nowhere", "matched no route&#39;s filter",
+		"No redelivery: the request was not forwarded to any route")
+	if strings.Contains(a.body, `action="/ui/receipt/redeliver"`) || strings.Contains(a.body, `<table class="rows routes">`) {
+		t.Errorf("an unrouted receipt shows routes or offers a redelivery:\n%s", a.body)
+	}
+	f.deliver("audit", "aud-1", "", "", "")
+	audit := f.get("/ui/receipt?source=audit&request_id=aud-1")
+	contains(t, "a records-only source's receipt", audit, "No redelivery: the request was not forwarded to any route", "the source has no routes")
+	if strings.Contains(audit.body, "Routed nowhere") {
+		t.Error("the receipt of a source without routes says it was routed nowhere")
+	}
 }
 
 func TestRepairsAnswerInPlace(t *testing.T) {
@@ -477,61 +600,101 @@ func TestRepairsAnswerInPlace(t *testing.T) {
 	f.deliver("billing", "req-1", "", "", "")
 	f.deliver("billing", "req-2", "", "", "")
 	f.deliver("audit", "aud-1", "", "", "")
-	f.waitForward("billing", "req-1", webhookd.ForwardDead)
-	f.waitForward("billing", "req-2", webhookd.ForwardDead)
+	for _, id := range []string{"req-1", "req-2"} {
+		f.waitForward(crm, id, webhookd.ForwardDead)
+		f.waitForward(warehouse, id, webhookd.ForwardDelivered)
+	}
 
-	one := func(id string) url.Values { return url.Values{"source": {"billing"}, "request_id": {id}} }
-	ask := f.post("/ui/deadletters/discard", "", one("req-2"))
-	contains(t, "discard", ask, `role="alertdialog"`, "Discard billing / <span class=\"mono\">req-2</span>?", `name="confirm" value="yes"`,
-		"Removes this dead letter: nothing more is sent.", "Its receipt stays, marked discarded, and Redeliver on the receipt can send the request again")
-	if dead, _ := f.store.DeadLetters(context.Background(), "billing"); len(dead) != 2 {
+	one := func(id, route string) url.Values {
+		return url.Values{"source": {"billing"}, "route": {route}, "request_id": {id}}
+	}
+	ask := f.post("/ui/deadletters/discard", "", one("req-2", "crm"))
+	contains(t, "discard", ask, `role="alertdialog"`, "Discard billing / crm / <span class=\"mono\">req-2</span>?", `name="confirm" value="yes"`,
+		`name="route" value="crm"`, "Removes this dead letter: nothing more is sent.",
+		"Its receipt stays, marked discarded on route crm, and Redeliver to crm on the receipt can send the request again")
+	if dead, _ := f.store.DeadLetters(context.Background(), crm); len(dead) != 2 {
 		t.Fatalf("a discard discarded before it was confirmed: %d dead letters left", len(dead))
 	}
 	if strings.Contains(ask.body, "cannot be undone") || strings.Contains(ask.body, "payload is dropped") {
 		t.Errorf("the confirmation says the payload is dropped, yet redelivery sends it:\n%s", ask.body)
 	}
-	confirm := one("req-2")
+	confirm := one("req-2", "crm")
 	confirm.Set("confirm", "yes")
-	contains(t, "confirmed discard", f.post("/ui/deadletters/discard", "", confirm), "req-2 is discarded")
-	f.waitForward("billing", "req-2", webhookd.ForwardDiscarded)
+	contains(t, "confirmed discard", f.post("/ui/deadletters/discard", "", confirm), "billing/crm/req-2 is discarded")
+	f.waitForward(crm, "req-2", webhookd.ForwardDiscarded)
 	gone := f.post("/ui/deadletters/discard", "", confirm)
 	if gone.status != http.StatusNotFound {
 		t.Errorf("discard of a dead letter that is gone: %d", gone.status)
 	}
-	contains(t, "discard again", gone, "Not discarded: no dead letter for billing/req-2")
-	if a := f.post("/ui/deadletters/discard", "", one("req-2")); a.status != http.StatusNotFound || strings.Contains(a.body, "alertdialog") {
-		t.Errorf("asked to confirm the discard of a dead letter that is gone: %d", a.status)
+	contains(t, "discard again", gone, "Not discarded: no dead letter for billing/crm/req-2")
+	for _, form := range []url.Values{one("req-2", "crm"), one("req-1", ""), one("req-1", "warehouse")} {
+		if a := f.post("/ui/deadletters/discard", "", form); a.status/100 != 4 || strings.Contains(a.body, "alertdialog") {
+			t.Errorf("asked to confirm the discard of no dead letter (%v): %d", form, a.status)
+		}
 	}
+	if dead, _ := f.store.DeadLetters(context.Background(), crm); len(dead) != 1 {
+		t.Errorf("%d dead letters of crm left, want req-1's", len(dead))
+	}
+
 	// What the confirmation says: the receipt stays, and redelivery from it
-	// sends the request again.
-	contains(t, "discarded receipt", f.get("/ui/receipt?source=billing&request_id=req-2"), `<span class="badge discarded">discarded</span>`, `action="/ui/receipt/redeliver"`)
-	again := f.post("/ui/receipt/redeliver", "", one("req-2"))
-	if again.status != http.StatusAccepted {
-		t.Errorf("redeliver after discard: %d", again.status)
+	// sends the request again, to one route or to every route whose
+	// forwarding ended.
+	receipt := f.get("/ui/receipt?source=billing&request_id=req-2")
+	for id, wants := range map[string][]string{
+		"route-crm":       {`<span class="badge discarded">discarded</span>`, `aria-label="Redeliver to crm"`},
+		"route-warehouse": {`<span class="badge delivered">delivered</span>`, `aria-label="Redeliver to warehouse"`},
+	} {
+		r := row(t, receipt, id)
+		for _, want := range wants {
+			if !strings.Contains(r, want) {
+				t.Errorf("the discarded receipt's %s does not say %q:\n%s", id, want, r)
+			}
+		}
 	}
-	contains(t, "redeliver after discard", again, "Queued for forwarding again")
+	contains(t, "discarded receipt", receipt, "Redeliver to all", `Sends the payload again to <span class="mono">crm</span>, <span class="mono">warehouse</span>`)
+	all := f.post("/ui/receipt/redeliver", "", url.Values{"source": {"billing"}, "request_id": {"req-2"}})
+	if all.status != http.StatusAccepted {
+		t.Errorf("redeliver to all after discard: %d", all.status)
+	}
+	contains(t, "redeliver to all", all, "Queued for forwarding again to each route whose forwarding had ended")
+	f.waitTook("req-2", 2)
+	f.waitForward(crm, "req-2", webhookd.ForwardDead)
+	f.waitForward(warehouse, "req-2", webhookd.ForwardDelivered)
+	again := f.post("/ui/receipt/redeliver", "", one("req-2", "warehouse"))
+	if again.status != http.StatusAccepted {
+		t.Errorf("redeliver to warehouse: %d", again.status)
+	}
+	contains(t, "redeliver to warehouse", again, "Queued for forwarding again to route warehouse")
+	f.waitTook("req-2", 3)
+	f.waitForward(warehouse, "req-2", webhookd.ForwardDelivered)
+	if r, _ := f.store.Receipt(context.Background(), "billing", "req-2"); r.Route("crm").State != webhookd.ForwardDead {
+		t.Errorf("a redelivery to warehouse changed crm: %+v", r.Route("crm"))
+	}
 
 	for _, tc := range []struct {
-		source, id string
-		status     int
-		says       string
+		source, id, route string
+		status            int
+		says              string
 	}{
-		{"billing", "req-1", http.StatusConflict, "Not redelivered: request is a dead letter"},
-		{"audit", "aud-1", http.StatusConflict, "Not redelivered: the source did not forward this request"},
-		{"billing", "nope", http.StatusNotFound, "Not redelivered: no receipt for billing/nope"},
+		{"billing", "req-1", "crm", http.StatusConflict, "Not redelivered: request is a dead letter of route crm"},
+		{"billing", "req-1", "nosuch", http.StatusNotFound, "Not redelivered: request was not forwarded to route"},
+		{"audit", "aud-1", "", http.StatusConflict, "Not redelivered: the request was not forwarded to any route"},
+		{"billing", "nope", "", http.StatusNotFound, "Not redelivered: no receipt for billing/nope"},
 	} {
-		a := f.post("/ui/receipt/redeliver", "", url.Values{"source": {tc.source}, "request_id": {tc.id}})
+		a := f.post("/ui/receipt/redeliver", "", url.Values{"source": {tc.source}, "request_id": {tc.id}, "route": {tc.route}})
 		if a.status != tc.status {
-			t.Errorf("redeliver %s/%s: %d, want %d", tc.source, tc.id, a.status, tc.status)
+			t.Errorf("redeliver %s/%s to %q: %d, want %d", tc.source, tc.id, tc.route, a.status, tc.status)
 		}
-		contains(t, "redeliver "+tc.id, a, tc.says)
+		contains(t, "redeliver "+tc.id+" to "+tc.route, a, tc.says)
 	}
-	contains(t, "audit receipt", f.get("/ui/receipt?source=audit&request_id=aud-1"), "No redelivery: the source did not forward this request")
-	retried := f.post("/ui/deadletters/retry", "", one("req-1"))
+	retried := f.post("/ui/deadletters/retry", "", one("req-1", "crm"))
 	if retried.status != http.StatusAccepted {
 		t.Errorf("retry: %d", retried.status)
 	}
-	contains(t, "retry", retried, "req-1 is back in the outbox")
+	contains(t, "retry", retried, "billing/crm/req-1 is back in the outbox")
+	if a := f.post("/ui/deadletters/retry", "", one("req-1", "warehouse")); a.status != http.StatusNotFound {
+		t.Errorf("retry of a dead letter on a route that has none: %d, want 404", a.status)
+	}
 }
 
 func TestRecordsAreEscaped(t *testing.T) {
@@ -570,12 +733,16 @@ func TestSize(t *testing.T) {
 	}
 }
 
-// The receipt page offers Redeliver only where the redelivery rules
-// (forward.CanRedeliver, forward.CanResend) take it.
+// The receipt page offers Redeliver to a route only where the redelivery
+// rules (forward.CanRedeliver, forward.CanResend) take it, and to all
+// where forward.Redeliverable allows more than one route.
 func TestRedeliverIsOfferedOnlyWhereTheRulesAllowIt(t *testing.T) {
-	receipt := func(d webhookd.Decision, state webhookd.ForwardState) *dedupe.Receipt {
-		return &dedupe.Receipt{Source: "billing", RequestID: "req-2", Resource: "sub_1", Version: "2", Decision: d,
-			Forward: webhookd.ForwardStatus{State: state}}
+	receipt := func(d webhookd.Decision, states ...webhookd.ForwardState) *dedupe.Receipt {
+		r := &dedupe.Receipt{Source: "billing", RequestID: "req-2", Resource: "sub_1", Version: "2", Decision: d}
+		for i, s := range states {
+			r.Routes = append(r.Routes, webhookd.RouteStatus{Route: []string{"crm", "warehouse"}[i], ForwardStatus: webhookd.ForwardStatus{State: s}})
+		}
+		return r
 	}
 	self := &versioning.Latest{RequestID: "req-2", Version: "2"}
 	newer := &versioning.Latest{RequestID: "req-3", Version: "3"}
@@ -591,15 +758,34 @@ func TestRedeliverIsOfferedOnlyWhereTheRulesAllowIt(t *testing.T) {
 		{"discarded", receipt(webhookd.Accepted, webhookd.ForwardDiscarded), self, true, "", false},
 		{"superseded", receipt(webhookd.Accepted, webhookd.ForwardSuperseded), newer, false, "was accepted after this request's version 2", false},
 		{"delivered, a newer version since", receipt(webhookd.Accepted, webhookd.ForwardDelivered), newer, false, "version 3 of resource sub_1 was accepted after", false},
-		{"stale", receipt(webhookd.Stale, webhookd.ForwardNone), newer, false, "decided stale, not accepted", false},
-		{"accepted, not forwarded", receipt(webhookd.Accepted, webhookd.ForwardNone), self, false, "the source did not forward this request", false},
-		{"pending", receipt(webhookd.Accepted, webhookd.ForwardPending), self, false, "already queued for forwarding (pending)", false},
-		{"retrying", receipt(webhookd.Accepted, webhookd.ForwardRetrying), self, false, "already queued for forwarding (retrying)", false},
+		{"stale", receipt(webhookd.Stale), newer, false, "decided stale, not accepted", false},
+		{"accepted, not forwarded to crm", receipt(webhookd.Accepted), self, false, `was not forwarded to route "crm"`, false},
+		{"pending", receipt(webhookd.Accepted, webhookd.ForwardPending), self, false, "already queued for route crm (pending)", false},
+		{"retrying", receipt(webhookd.Accepted, webhookd.ForwardRetrying), self, false, "already queued for route crm (retrying)", false},
 		{"dead", receipt(webhookd.Accepted, webhookd.ForwardDead), self, false, "it is a dead letter", true},
+		{"dead on another route", receipt(webhookd.Accepted, webhookd.ForwardDelivered, webhookd.ForwardDead), self, true, "", false},
 	} {
-		ok, says, deadTip := redeliverable(tc.r, tc.latest)
+		ok, says, deadTip := redeliverable(tc.r, "crm", tc.latest)
 		if ok != tc.ok || !strings.Contains(says, tc.says) || deadTip != tc.deadTip {
 			t.Errorf("%s: %v %q %v, want %v %q %v", tc.name, ok, says, deadTip, tc.ok, tc.says, tc.deadTip)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		r      *dedupe.Receipt
+		latest *versioning.Latest
+		routes []string
+		says   string
+	}{
+		{"both ended", receipt(webhookd.Accepted, webhookd.ForwardDelivered, webhookd.ForwardDiscarded), self, []string{"crm", "warehouse"}, ""},
+		{"one pending", receipt(webhookd.Accepted, webhookd.ForwardPending, webhookd.ForwardDelivered), self, []string{"warehouse"}, ""},
+		{"both ended, a newer version since", receipt(webhookd.Accepted, webhookd.ForwardDelivered, webhookd.ForwardDelivered), newer, nil, "version 3 of resource sub_1"},
+		{"none ended", receipt(webhookd.Accepted, webhookd.ForwardDead, webhookd.ForwardRetrying), self, nil, "dead letter of route crm"},
+		{"no routes", receipt(webhookd.Accepted), self, nil, "not forwarded to any route"},
+	} {
+		routes, err := redeliverableAll(tc.r, tc.latest)
+		if !slices.Equal(routes, tc.routes) || (err == nil) != (tc.says == "") || err != nil && !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: to all %v %v, want %v %q", tc.name, routes, err, tc.routes, tc.says)
 		}
 	}
 }
@@ -607,10 +793,11 @@ func TestRedeliverIsOfferedOnlyWhereTheRulesAllowIt(t *testing.T) {
 func TestTheDiscardConfirmationSaysWhatStays(t *testing.T) {
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	accepted := now.Add(-2 * time.Hour)
-	dead := forward.Entry{Source: "billing", RequestID: "req-1", Resource: "sub_1", Version: "2", CreatedAt: accepted}
+	dead := forward.Entry{Source: "billing", Route: "crm", RequestID: "req-1", Resource: "sub_1", Version: "2", CreatedAt: accepted}
 	own := &dedupe.Receipt{Source: "billing", RequestID: "req-1", Decision: webhookd.Accepted, FirstSeen: accepted,
-		Forward: webhookd.ForwardStatus{State: webhookd.ForwardDead}}
-	later := &dedupe.Receipt{Source: "billing", RequestID: "req-1", Decision: webhookd.Accepted, FirstSeen: now.Add(-time.Minute)}
+		Routes: []webhookd.RouteStatus{{Route: "crm", ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardDead}}}}
+	later := &dedupe.Receipt{Source: "billing", RequestID: "req-1", Decision: webhookd.Accepted, FirstSeen: now.Add(-time.Minute),
+		Routes: []webhookd.RouteStatus{{Route: "crm", ForwardStatus: webhookd.ForwardStatus{State: webhookd.ForwardPending}}}}
 	lost := dead
 	lost.BodyLost = true
 	for _, tc := range []struct {
@@ -622,8 +809,8 @@ func TestTheDiscardConfirmationSaysWhatStays(t *testing.T) {
 		says   string
 	}{
 		{"redeliverable", dead, own, &versioning.Latest{RequestID: "req-1", Version: "2"}, 24 * time.Hour,
-			"Redeliver on the receipt can send the request again until its payload expires, not before 2026-12-03 10:00:00 UTC"},
-		{"no resource", forward.Entry{Source: "billing", RequestID: "req-1", CreatedAt: accepted}, own, nil, 24 * time.Hour,
+			"Its receipt stays, marked discarded on route crm, and Redeliver to crm on the receipt can send the request again until its payload expires, not before 2026-12-03 10:00:00 UTC"},
+		{"no resource", forward.Entry{Source: "billing", Route: "crm", RequestID: "req-1", CreatedAt: accepted}, own, nil, 24 * time.Hour,
 			"not before 2026-12-03 10:00:00 UTC"},
 		{"accepted longer ago than receipt_ttl", dead, own, nil, time.Hour, "while its payload is held: receipt_ttl after it was last queued"},
 		{"its receipt expired", dead, nil, nil, 24 * time.Hour, "Its receipt has expired, so nothing can send this request again"},
@@ -635,6 +822,58 @@ func TestTheDiscardConfirmationSaysWhatStays(t *testing.T) {
 		if !strings.HasPrefix(got, "Removes this dead letter: nothing more is sent. ") || !strings.Contains(got, tc.says) {
 			t.Errorf("%s: %q, want it to say %q", tc.name, got, tc.says)
 		}
+	}
+}
+
+// The queue pages' filter offers every source that forwards and each of
+// its routes, and keeps a filter naming a route no longer configured.
+func TestTheQueueFilterNamesSourcesAndRoutes(t *testing.T) {
+	for filter, want := range map[string]forward.Target{"": {}, "billing": {Source: "billing"}, "billing/crm": crm} {
+		if got := parseTarget(filter); got != want {
+			t.Errorf("parseTarget(%q) = %v, want %v", filter, got, want)
+		}
+	}
+	ts := targets(sources, "q", "billing/crm")
+	var got []string
+	for _, g := range ts.Groups {
+		for _, o := range g.Options {
+			got = append(got, fmt.Sprintf("%s|%s=%s %v", g.Label, o.Label, o.Value, o.Selected))
+		}
+	}
+	want := []string{
+		"billing|billing: every route=billing false", "billing|billing / crm=billing/crm true", "billing|billing / warehouse=billing/warehouse false",
+		"ledger|ledger: every route=ledger false", "ledger|ledger / default=ledger/default false",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the filter offers %q, want %q", got, want)
+	}
+	gone := targets(sources, "q", "billing/old")
+	last := gone.Groups[len(gone.Groups)-1]
+	if last.Label != "not configured" || len(last.Options) != 1 || last.Options[0] != (targetOption{Value: "billing/old", Label: "billing / old", Selected: true}) {
+		t.Errorf("a filter naming a route no longer configured: %+v", last)
+	}
+}
+
+func TestTheOverviewCountsEachRoute(t *testing.T) {
+	pending := map[forward.Target]int{crm: 3, {Source: "billing", Route: "old"}: 1, ledger: 2}
+	dead := map[forward.Target]int{warehouse: 4, {Source: "billing", Route: "older"}: 5}
+	got := routeQueuesOf(sources[0], pending, dead, true)
+	want := []routeQueues{
+		{Route: "crm", Filter: "billing/crm", Outbox: 3},
+		{Route: "warehouse", Filter: "billing/warehouse", Dead: 4},
+		{Route: "old", Filter: "billing/old", Outbox: 1, Gone: true},
+		{Route: "older", Filter: "billing/older", Dead: 5, Gone: true},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("billing's queues: %+v, want %+v", got, want)
+	}
+	for _, q := range routeQueuesOf(sources[1], nil, nil, false) {
+		if q.Outbox != -1 || q.Dead != -1 {
+			t.Errorf("counts not read are shown as %d and %d", q.Outbox, q.Dead)
+		}
+	}
+	if q := routeQueuesOf(sources[2], pending, dead, true); len(q) != 0 {
+		t.Errorf("a source without routes has queues %+v", q)
 	}
 }
 

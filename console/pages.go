@@ -72,9 +72,18 @@ type sourceStats struct {
 	Latency metric // mean forward attempt per minute, in µs
 	Mean    time.Duration
 	Slowest time.Duration
-	Outbox  int // -1: not known
-	Dead    int
-	Oldest  *time.Time // the oldest outbox entry's creation
+	Queues  []routeQueues
+}
+
+// routeQueues is one route's outbox and dead letters on the overview.
+type routeQueues struct {
+	Route  string
+	Filter string // the queue pages' filter that shows this route
+	Outbox int    // -1: not known
+	Dead   int    // -1: not known
+	// Gone says the configuration no longer has the route: nothing
+	// forwards its entries (the forwarder dead-letters them).
+	Gone bool
 }
 
 type reasonCount struct {
@@ -102,16 +111,16 @@ func (c *Console) handleOverview(fc *fiber.Ctx) error {
 	} else {
 		ov.NoUsage = err.Error()
 	}
-	outbox, err := c.records.Outbox(ctx, "")
-	var dead []forward.Entry
+	pending, err := c.records.Pending(ctx)
+	var dead map[forward.Target]int
 	if err == nil {
-		dead, err = c.records.DeadLetters(ctx, "")
+		dead, err = c.records.DeadLetterCounts()
 	}
 	if err != nil {
 		ov.Queues = webhookd.ErrorMessage(err)
 	}
 	stats := func(s Source, ct *Counts) sourceStats {
-		st := sourceStats{Source: s, Outbox: -1, Dead: -1}
+		st := sourceStats{Source: s}
 		for i, name := range decisions[:4] {
 			st.Intake = append(st.Intake, metric{Name: name, Row: ct.Decisions[i], Total: total(ct.Decisions[i])})
 		}
@@ -134,27 +143,12 @@ func (c *Console) handleOverview(fc *fiber.Ctx) error {
 				ov.Quiet = false
 			}
 		}
-		if ov.Queues == "" {
-			st.Outbox, st.Dead = 0, 0
-			for _, e := range outbox {
-				if e.Source == s.Name {
-					st.Outbox++
-					if st.Oldest == nil || e.CreatedAt.Before(*st.Oldest) {
-						st.Oldest = &e.CreatedAt
-					}
-				}
-			}
-			for _, e := range dead {
-				if e.Source == s.Name {
-					st.Dead++
-				}
-			}
-		}
+		st.Queues = routeQueuesOf(s, pending, dead, ov.Queues == "")
 		return st
 	}
 	for _, s := range c.sources {
 		ov.Sources = append(ov.Sources, stats(s, counts[s.Name]))
-		ov.Forward = ov.Forward || s.Forwards
+		ov.Forward = ov.Forward || s.Forwards()
 	}
 	if ct := counts[configs.UnknownSource]; total(ct.Rejected) > 0 {
 		st := stats(Source{Name: configs.UnknownSource}, ct)
@@ -162,6 +156,38 @@ func (c *Console) handleOverview(fc *fiber.Ctx) error {
 		ov.Unknown = &st
 	}
 	return c.render(fc, fiber.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: ov})
+}
+
+// routeQueuesOf returns the outbox and dead letters of each of s's routes,
+// in configuration order, then those of routes the configuration no longer
+// has that still hold entries. known is false when the counts could not be
+// read.
+func routeQueuesOf(s Source, pending, dead map[forward.Target]int, known bool) []routeQueues {
+	var out []routeQueues
+	add := func(route string, gone bool) {
+		q := routeQueues{Route: route, Filter: forward.Target{Source: s.Name, Route: route}.String(), Outbox: -1, Dead: -1, Gone: gone}
+		if known {
+			t := forward.Target{Source: s.Name, Route: route}
+			q.Outbox, q.Dead = pending[t], dead[t]
+		}
+		out = append(out, q)
+	}
+	for _, r := range s.Routes {
+		add(r, false)
+	}
+	var gone []string
+	for _, m := range []map[forward.Target]int{pending, dead} {
+		for t := range m {
+			if t.Source == s.Name && !slices.Contains(s.Routes, t.Route) && !slices.Contains(gone, t.Route) {
+				gone = append(gone, t.Route)
+			}
+		}
+	}
+	slices.Sort(gone)
+	for _, r := range gone {
+		add(r, true)
+	}
+	return out
 }
 
 type tailPage struct {
@@ -187,11 +213,24 @@ type receiptPage struct {
 	Receipt           *dedupe.Receipt
 	Risks             []string
 	Latest            *versioning.Latest // the resource's latest version now
-	Redeliver         bool
-	Refusal           string // why the API would refuse to redeliver, in words
-	DeadLetter        bool   // the refusal points to the dead letters page
-	Omitted           int    // arrivals the receipt no longer lists
-	Missing           string // why there is no receipt to show
+	Routes            []routeRow         // the receipt's routes, each with what may be done there
+	Offers            bool               // some route offers a redelivery
+	// All names the routes a redelivery to all would requeue, when there
+	// are more than one; Refusal says why there is no redelivery at all.
+	All     []string
+	Refusal string
+	Omitted int    // arrivals the receipt no longer lists
+	Missing string // why there is no receipt to show
+}
+
+// routeRow is one route of a receipt: its forward status, and whether the
+// admin API would take a redelivery to it, or why not, in words.
+type routeRow struct {
+	webhookd.RouteStatus
+	Filter     string // the queue pages' filter that shows this route
+	Redeliver  bool
+	Refusal    string
+	DeadLetter bool // the refusal points to the dead letters page
 }
 
 func (c *Console) handleReceipt(fc *fiber.Ctx) error {
@@ -220,26 +259,38 @@ func (c *Console) showReceipt(fc *fiber.Ctx, status int, n *notice) error {
 					rp.Latest = l
 				}
 			}
-			rp.Redeliver, rp.Refusal, rp.DeadLetter = redeliverable(r, rp.Latest)
+			for _, rs := range r.Routes {
+				row := routeRow{RouteStatus: rs, Filter: forward.Target{Source: r.Source, Route: rs.Route}.String()}
+				row.Redeliver, row.Refusal, row.DeadLetter = redeliverable(r, rs.Route, rp.Latest)
+				rp.Routes = append(rp.Routes, row)
+				rp.Offers = rp.Offers || row.Redeliver
+			}
+			all, err := redeliverableAll(r, rp.Latest)
+			switch {
+			case err != nil:
+				rp.Refusal = webhookd.ErrorMessage(err) + "."
+			case len(all) > 1:
+				rp.All = all
+			}
 		}
 	}
 	return c.render(fc, status, "receipt", page{Title: "Receipt", Nav: "receipt", Notice: n, Data: rp})
 }
 
-// redeliverable says whether the admin API would take a redelivery of r,
-// as far as the receipt and its resource's latest version tell, by the
-// rules the stores apply: the store also refuses one whose payload
+// redeliverable says whether the admin API would take a redelivery of r to
+// route, as far as the receipt and its resource's latest version tell, by
+// the rules the stores apply: the store also refuses one whose payload
 // expired, which it alone knows, and its answer is shown when the button
 // is used.
-func redeliverable(r *dedupe.Receipt, latest *versioning.Latest) (ok bool, refusal string, deadLetter bool) {
+func redeliverable(r *dedupe.Receipt, route string, latest *versioning.Latest) (ok bool, refusal string, deadLetter bool) {
 	// CanRedeliver refuses a dead letter too, naming the admin API's call;
 	// the console points to its own page instead.
-	if r.Forward.State == webhookd.ForwardDead {
+	if rs := r.Route(route); rs != nil && rs.State == webhookd.ForwardDead {
 		return false, "it is a dead letter: retry it from the dead letters.", true
 	}
-	err := forward.CanRedeliver(r)
+	err := forward.CanRedeliver(r, route)
 	if err == nil {
-		err = forward.CanResend(&forward.Entry{Source: r.Source, RequestID: r.RequestID, Resource: r.Resource, Version: r.Version}, latest)
+		err = canResend(r, latest)
 	}
 	if err != nil {
 		return false, webhookd.ErrorMessage(err) + ".", false
@@ -247,12 +298,38 @@ func redeliverable(r *dedupe.Receipt, latest *versioning.Latest) (ok bool, refus
 	return true, "", false
 }
 
+// redeliverableAll returns the routes a redelivery that names none would
+// requeue (forward.Redeliverable), or why it would be refused.
+func redeliverableAll(r *dedupe.Receipt, latest *versioning.Latest) ([]string, error) {
+	routes, err := forward.Redeliverable(r)
+	if err == nil {
+		err = canResend(r, latest)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return routes, nil
+}
+
+// canResend applies forward.CanResend to r's request: every route's entry
+// carries the same resource and version.
+func canResend(r *dedupe.Receipt, latest *versioning.Latest) error {
+	return forward.CanResend(&forward.Entry{Source: r.Source, RequestID: r.RequestID, Resource: r.Resource, Version: r.Version}, latest)
+}
+
+// handleRedeliver redelivers to the route the form names, or, with none,
+// to every route forward.Redeliverable allows.
 func (c *Console) handleRedeliver(fc *fiber.Ctx) error {
-	err := c.records.Redeliver(fc.UserContext(), form(fc, "source"), form(fc, "request_id"))
+	route := form(fc, "route")
+	err := c.records.Redeliver(fc.UserContext(), form(fc, "source"), form(fc, "request_id"), route)
 	if err != nil {
 		return c.showReceipt(fc, statusOf(err), &notice{Text: "Not redelivered: " + webhookd.ErrorMessage(err)})
 	}
-	return c.showReceipt(fc, fiber.StatusAccepted, &notice{OK: true, Text: "Queued for forwarding again, with the same Idempotency-Key."})
+	to := "to each route whose forwarding had ended"
+	if route != "" {
+		to = "to route " + route
+	}
+	return c.showReceipt(fc, fiber.StatusAccepted, &notice{OK: true, Text: "Queued for forwarding again " + to + ", with the same Idempotency-Key."})
 }
 
 type resourcePage struct {
@@ -281,8 +358,10 @@ func (c *Console) handleResource(fc *fiber.Ctx) error {
 
 // queuePage is the dead letters or the outbox, one table per source.
 type queuePage struct {
-	Dead    bool
-	Source  string // the filter; "" for every source
+	Dead bool
+	// Filter is the target shown, as the page's filter names it: source,
+	// source/route, or "" for every source.
+	Filter  string
 	Groups  []entryGroup
 	Confirm *discardConfirm // the dead letter a discard asks to confirm
 	Forward bool            // some source forwards
@@ -302,13 +381,20 @@ type entryGroup struct {
 	Hidden  int // entries past maxRows
 }
 
+// parseTarget reads a queue page's filter: source, source/route, or ""
+// for every source. Source and route names have no '/'.
+func parseTarget(filter string) forward.Target {
+	source, route, _ := strings.Cut(filter, "/")
+	return forward.Target{Source: source, Route: route}
+}
+
 func (c *Console) queue(fc *fiber.Ctx, dead bool, status int, n *notice, confirm *discardConfirm) error {
-	qp := queuePage{Dead: dead, Source: form(fc, "filter"), Confirm: confirm}
+	qp := queuePage{Dead: dead, Filter: form(fc, "filter"), Confirm: confirm}
 	list, nav, title := c.records.Outbox, "outbox", "Outbox"
 	if dead {
 		list, nav, title = c.records.DeadLetters, "deadletters", "Dead letters"
 	}
-	entries, err := list(fc.UserContext(), qp.Source)
+	entries, err := list(fc.UserContext(), parseTarget(qp.Filter))
 	if err != nil {
 		return err
 	}
@@ -326,7 +412,7 @@ func (c *Console) queue(fc *fiber.Ctx, dead bool, status int, n *notice, confirm
 		}
 	}
 	for _, s := range c.sources {
-		qp.Forward = qp.Forward || s.Forwards
+		qp.Forward = qp.Forward || s.Forwards()
 	}
 	return c.render(fc, status, "queue", page{Title: title, Nav: nav, Notice: n, Data: qp})
 }
@@ -339,45 +425,54 @@ func (c *Console) handleOutbox(fc *fiber.Ctx) error {
 	return c.queue(fc, false, fiber.StatusOK, nil, nil)
 }
 
+// deadLetterOf reads the dead letter a retry or discard form names: its
+// target and request ID.
+func deadLetterOf(fc *fiber.Ctx) (forward.Target, string) {
+	return forward.Target{Source: form(fc, "source"), Route: form(fc, "route")}, form(fc, "request_id")
+}
+
 func (c *Console) handleRetry(fc *fiber.Ctx) error {
-	source, id := form(fc, "source"), form(fc, "request_id")
-	if err := c.records.RetryDeadLetter(fc.UserContext(), source, id); err != nil {
+	target, id := deadLetterOf(fc)
+	if err := c.records.RetryDeadLetter(fc.UserContext(), target, id); err != nil {
 		return c.queue(fc, true, statusOf(err), &notice{Text: "Not retried: " + webhookd.ErrorMessage(err)}, nil)
 	}
-	return c.queue(fc, true, fiber.StatusAccepted, &notice{OK: true, Text: source + "/" + id + " is back in the outbox, with its attempts reset."}, nil)
+	return c.queue(fc, true, fiber.StatusAccepted, &notice{OK: true, Text: target.String() + "/" + id + " is back in the outbox, with its attempts reset."}, nil)
 }
 
 // handleDiscard asks first: without confirm=yes it shows the dead letter,
 // what discarding it leaves, and a button that discards it.
 func (c *Console) handleDiscard(fc *fiber.Ctx) error {
-	source, id := form(fc, "source"), form(fc, "request_id")
+	target, id := deadLetterOf(fc)
 	if fc.FormValue("confirm") != "yes" {
-		confirm, err := c.discarding(fc.UserContext(), source, id)
+		confirm, err := c.discarding(fc.UserContext(), target, id)
 		if err != nil {
 			return c.queue(fc, true, statusOf(err), &notice{Text: "Not discarded: " + webhookd.ErrorMessage(err)}, nil)
 		}
 		return c.queue(fc, true, fiber.StatusOK, nil, confirm)
 	}
-	if err := c.records.DiscardDeadLetter(fc.UserContext(), source, id); err != nil {
+	if err := c.records.DiscardDeadLetter(fc.UserContext(), target, id); err != nil {
 		return c.queue(fc, true, statusOf(err), &notice{Text: "Not discarded: " + webhookd.ErrorMessage(err)}, nil)
 	}
-	return c.queue(fc, true, fiber.StatusOK, &notice{OK: true, Text: source + "/" + id + " is discarded: nothing more is sent, and its receipt says discarded."}, nil)
+	return c.queue(fc, true, fiber.StatusOK, &notice{OK: true, Text: target.String() + "/" + id + " is discarded: nothing more is sent to route " + target.Route + ", and its receipt says discarded there."}, nil)
 }
 
 // discarding reads what the confirmation of a discard tells: the dead
 // letter, the receipt its request ID has now and its resource's latest
 // version.
-func (c *Console) discarding(ctx context.Context, source, id string) (*discardConfirm, error) {
-	dead, err := c.records.DeadLetters(ctx, source)
+func (c *Console) discarding(ctx context.Context, target forward.Target, id string) (*discardConfirm, error) {
+	if target.Source == "" || target.Route == "" {
+		return nil, webhookd.Errorf(webhookd.EINVALID, "a dead letter is named by its source, route and request ID")
+	}
+	dead, err := c.records.DeadLetters(ctx, target)
 	if err != nil {
 		return nil, err
 	}
 	i := slices.IndexFunc(dead, func(e forward.Entry) bool { return e.RequestID == id })
-	if source == "" || i < 0 {
-		return nil, webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", source, id)
+	if i < 0 {
+		return nil, webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, id)
 	}
 	e := dead[i]
-	held, err := c.records.Receipt(ctx, source, id)
+	held, err := c.records.Receipt(ctx, target.Source, id)
 	if webhookd.ErrorCode(err) == webhookd.ENOTFOUND {
 		held, err = nil, nil
 	}
@@ -386,7 +481,7 @@ func (c *Console) discarding(ctx context.Context, source, id string) (*discardCo
 	}
 	var latest *versioning.Latest
 	if e.Resource != "" && e.Version != "" {
-		latest, err = c.records.Latest(ctx, source, e.Resource)
+		latest, err = c.records.Latest(ctx, target.Source, e.Resource)
 		if webhookd.ErrorCode(err) == webhookd.ENOTFOUND {
 			latest, err = nil, nil
 		}
@@ -418,7 +513,7 @@ func afterDiscard(e *forward.Entry, held *dedupe.Receipt, latest *versioning.Lat
 	if err := forward.CanResend(e, latest); err != nil {
 		return removes + "It cannot be sent again: " + webhookd.ErrorMessage(err) + "."
 	}
-	stays := removes + "Its receipt stays, marked discarded, and Redeliver on the receipt can send the request again"
+	stays := removes + "Its receipt stays, marked discarded on route " + e.Route + ", and Redeliver to " + e.Route + " on the receipt can send the request again"
 	if until := e.CreatedAt.Add(ttl); until.After(now) {
 		return stays + " until its payload expires, not before " + utc(until) + " (receipt_ttl after it was accepted)."
 	}

@@ -14,15 +14,16 @@ var pageNames = []string{"login", "error", "overview", "tail", "receipt", "resou
 
 func (c *Console) parsePages() map[string]*template.Template {
 	base := template.Must(template.New("").Funcs(template.FuncMap{
-		"asset":  c.assetURL,
-		"utc":    utc,
-		"iso":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"ago":    func(t time.Time) string { return ago(c.now(), t) },
-		"spark":  spark,
-		"size":   size,
-		"dur":    dur,
-		"status": func(code int) string { return strconv.Itoa(code) + " " + http.StatusText(code) },
-		"pick":   pick,
+		"asset":   c.assetURL,
+		"utc":     utc,
+		"iso":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"ago":     func(t time.Time) string { return ago(c.now(), t) },
+		"spark":   spark,
+		"size":    size,
+		"dur":     dur,
+		"status":  func(code int) string { return strconv.Itoa(code) + " " + http.StatusText(code) },
+		"pick":    pick,
+		"targets": targets,
 	}).ParseFS(files, "templates/layout.html"))
 	pages := make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {
@@ -40,6 +41,51 @@ type sourceSelect struct {
 
 func pick(sources []Source, id, name, selected string, any bool) sourceSelect {
 	return sourceSelect{ID: id, Name: name, Selected: selected, Sources: sources, Any: any}
+}
+
+// targetSelect is a select of the sources that forward and their routes,
+// for the queue pages' filter: a value is a source (every route of it) or
+// source/route.
+type targetSelect struct {
+	ID     string
+	Groups []targetGroup
+}
+
+type targetGroup struct {
+	Label   string
+	Options []targetOption
+}
+
+type targetOption struct {
+	Value, Label string
+	Selected     bool
+}
+
+// targets is the target select of sources with selected chosen. A
+// selected target the configuration no longer has is offered too, so
+// that the select shows what the page shows.
+func targets(sources []Source, id, selected string) targetSelect {
+	ts := targetSelect{ID: id}
+	found := selected == ""
+	option := func(value, label string) targetOption {
+		found = found || value == selected
+		return targetOption{Value: value, Label: label, Selected: value == selected}
+	}
+	for _, s := range sources {
+		if !s.Forwards() {
+			continue
+		}
+		g := targetGroup{Label: s.Name, Options: []targetOption{option(s.Name, s.Name+": every route")}}
+		for _, r := range s.Routes {
+			g.Options = append(g.Options, option(s.Name+"/"+r, s.Name+" / "+r))
+		}
+		ts.Groups = append(ts.Groups, g)
+	}
+	if !found {
+		ts.Groups = append(ts.Groups, targetGroup{Label: "not configured",
+			Options: []targetOption{{Value: selected, Label: strings.ReplaceAll(selected, "/", " / "), Selected: true}}})
+	}
+	return ts
 }
 
 func utc(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,11 +83,18 @@ func browser(t *testing.T) context.Context {
 }
 
 // switchable is a downstream that refuses every request until it is told
-// to take them, and counts what it took per Idempotency-Key.
+// to take them, and counts what it took per route (Webhook-Route) and
+// Idempotency-Key.
 type switchable struct {
 	up   atomic.Bool
 	mu   sync.Mutex
 	took map[string]int
+}
+
+func newSwitchable(up bool) *switchable {
+	s := &switchable{took: map[string]int{}}
+	s.up.Store(up)
+	return s
 }
 
 func (s *switchable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -95,19 +103,22 @@ func (s *switchable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	s.took[r.Header.Get("Idempotency-Key")]++
+	s.took[r.Header.Get("Webhook-Route")+"/"+r.Header.Get("Idempotency-Key")]++
 	s.mu.Unlock()
 }
 
-func (s *switchable) count(key string) int {
+// count is how many requests of route with key the downstream took.
+func (s *switchable) count(route, key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.took[key]
+	return s.took[route+"/"+key]
 }
 
-// consoleConfig forwards billing with one attempt, so that a refusal makes a
-// dead letter at once. storage is the YAML line that picks the backend.
-func consoleConfig(storage, url string) string {
+// consoleConfig routes billing by event type: invoices and crm go to down,
+// each with one attempt, so that a refusal makes a dead letter at once;
+// analytics, which takes everything but pings, goes to up. storage is the
+// YAML line that picks the backend.
+func consoleConfig(storage, down, up string) string {
 	return fmt.Sprintf(`
 listen: "127.0.0.1:0"
 %s
@@ -120,13 +131,30 @@ sources:
     delivery_id: header:X-Delivery-Id
     resource: json:object.id
     version: json:object.version
-    forward:
-      url: %q
-      max_attempts: 1
-      backoff: { initial: 10ms, max: 10ms }
+    routes:
+      - name: invoices
+        url: %q
+        filter: 'body.type.startsWith("invoice.")'
+        max_attempts: 1
+        backoff: { initial: 10ms, max: 10ms }
+      - name: crm
+        url: %q
+        filter: 'body.type.startsWith("customer.")'
+        max_attempts: 1
+        backoff: { initial: 10ms, max: 10ms }
+      - name: analytics
+        url: %q
+        filter: 'body.type != "ping"'
+        max_attempts: 1
+        backoff: { initial: 10ms, max: 10ms }
   - name: audit
     request_id: header:Idempotency-Key
-`, storage, adminToken, url)
+`, storage, adminToken, down, down, up)
+}
+
+// billingEvent is a billing delivery of one event type.
+func billingEvent(requestID, typ, object string) string {
+	return fmt.Sprintf(`{"request_id":%q,"type":%q,"object":{"id":%q,"version":1}}`, requestID, typ, object)
 }
 
 // The console reads through the storage contract: the same session in the
@@ -143,10 +171,11 @@ func TestConsoleInABrowser(t *testing.T) {
 func consoleInABrowser(t *testing.T, storage string) {
 	ctx := browser(t)
 	shots := screenshots(t)
-	down := &switchable{took: map[string]int{}}
-	downstream := httptest.NewServer(down)
-	defer downstream.Close()
-	m, c := startMain(t, consoleConfig(storage, downstream.URL))
+	down, up := newSwitchable(false), newSwitchable(true)
+	downSrv, upSrv := httptest.NewServer(down), httptest.NewServer(up)
+	defer downSrv.Close()
+	defer upSrv.Close()
+	m, c := startMain(t, consoleConfig(storage, downSrv.URL, upSrv.URL))
 	defer m.Close(context.Background())
 	ui := "http://" + c.admin
 
@@ -180,29 +209,47 @@ func consoleInABrowser(t *testing.T, storage string) {
 		}
 	}()
 
-	deliver := func(requestID, deliveryID, resource string) {
+	deliver := func(requestID, deliveryID, typ, resource string) {
 		t.Helper()
-		status, body := c.send(http.MethodPost, "http://"+c.public+"/hooks/billing", billing(requestID, resource, 1),
+		status, body := c.send(http.MethodPost, "http://"+c.public+"/hooks/billing", billingEvent(requestID, typ, resource),
 			map[string]string{"X-Delivery-Id": deliveryID})
-		if status >= 300 && status != http.StatusOK {
+		if status >= 300 {
 			t.Fatalf("deliver %s: %d %v", requestID, status, body)
 		}
 	}
-	deadLetter := func(requestID string) {
+	// state is the forward state of requestID's route as the admin API
+	// reads it, "" when the request was not forwarded to it.
+	state := func(requestID, route string) string {
 		t.Helper()
-		waitFor(t, requestID+" dead-lettered", func() bool {
-			_, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/"+requestID)
-			f, _ := r["forward"].(map[string]any)
-			return f["state"] == "dead"
-		})
+		_, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/"+requestID)
+		routes, _ := r["routes"].([]any)
+		for _, rs := range routes {
+			if rs, _ := rs.(map[string]any); rs["route"] == route {
+				s, _ := rs["state"].(string)
+				return s
+			}
+		}
+		return ""
 	}
-	// While the downstream is down, two requests become dead letters; one
-	// arrives twice.
-	deliver("req_a", "dlv_1", "sub_1")
-	deliver("req_a", "dlv_2", "sub_1")
-	deliver("req_b", "dlv_3", "sub_2")
-	deadLetter("req_a")
-	deadLetter("req_b")
+	becomes := func(requestID, route, want string) {
+		t.Helper()
+		waitFor(t, requestID+" "+want+" on "+route, func() bool { return state(requestID, route) == want })
+	}
+	// While the invoices and crm downstream is down, two invoice events
+	// become dead letters of invoices, one arriving twice, and a customer
+	// event one of crm; analytics takes all three. A ping is routed
+	// nowhere.
+	deliver("req_a", "dlv_1", "invoice.paid", "sub_1")
+	deliver("req_a", "dlv_2", "invoice.paid", "sub_1")
+	deliver("req_b", "dlv_3", "invoice.created", "sub_2")
+	deliver("req_cus", "dlv_4", "customer.updated", "cus_1")
+	deliver("req_ping", "dlv_5", "ping", "ping_1")
+	for _, id := range []string{"req_a", "req_b"} {
+		becomes(id, "invoices", "dead")
+		becomes(id, "analytics", "delivered")
+	}
+	becomes("req_cus", "crm", "dead")
+	becomes("req_cus", "analytics", "delivered")
 	c.post("nosuch", `{}`) // a refusal, for the overview's counts
 
 	shot := func(name string) chromedp.Action[chromedp.Void] {
@@ -228,6 +275,17 @@ func consoleInABrowser(t *testing.T, storage string) {
 		}
 		return s
 	}
+	// rows reads the rows of the tables sel selects, each as its cells'
+	// texts joined by "|".
+	rows := func(sel string) []string {
+		t.Helper()
+		out, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](fmt.Sprintf(
+			`[...document.querySelectorAll(%q)].map(tr => [...tr.cells].map(c => c.textContent.trim().replace(/\s+/g, " ")).join("|"))`, sel)))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return out
+	}
 
 	// The admin listener's root leads to the login page, which takes the token.
 	do("log in",
@@ -247,8 +305,13 @@ func consoleInABrowser(t *testing.T, storage string) {
 		chromedp.WaitVisible(chromedp.ID("src-billing")),
 		shot("overview"),
 	)
-	if got := strings.ToLower(text("#src-billing ~ dl.facts")); !strings.Contains(got, "dead letters\n2") {
-		t.Errorf("overview's billing card: %q", got)
+	// The billing card counts each route's outbox and dead letters.
+	queues := rows("#src-billing ~ table.queues tbody tr")
+	if want := []string{"invoices|0 pending|2", "crm|0 pending|1", "analytics|0 pending|0"}; !slices.Equal(queues, want) {
+		t.Errorf("overview's billing routes: %q, want %q", queues, want)
+	}
+	if got := text("#src-billing"); !strings.Contains(got, "forwards to 3 routes") {
+		t.Errorf("overview's billing card is titled %q", got)
 	}
 	// The store's size is the disk it takes: a few decisions take little,
 	// whatever the apparent sizes of the files Badger maps.
@@ -268,13 +331,15 @@ func consoleInABrowser(t *testing.T, storage string) {
 		}
 	}
 	// The overview refreshes itself: a new decision shows without a reload.
-	deliver("req_c", "dlv_4", "sub_4")
+	deliver("req_c", "dlv_6", "invoice.voided", "sub_4")
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](
-		`document.querySelector("#src-billing ~ table tbody td.num").textContent === "3"`)); err != nil {
+		`document.querySelector("#src-billing ~ table tbody td.num").textContent === "5"`)); err != nil {
 		t.Fatalf("the overview did not refresh itself: %v", err)
 	}
+	becomes("req_c", "invoices", "dead")
 
-	// A receipt is found by source and request ID, with both its arrivals.
+	// A receipt is found by source and request ID, with both its arrivals
+	// and the status of each route its filter selected.
 	do("look up a receipt",
 		chromedp.Navigate(ui+"/ui/receipt"),
 		chromedp.WaitVisible(chromedp.ID("r-id")),
@@ -289,70 +354,109 @@ func consoleInABrowser(t *testing.T, storage string) {
 			t.Errorf("the receipt's deliveries %q do not show %s", timeline, want)
 		}
 	}
-	if got := text("p.refusal"); !strings.Contains(got, "dead letter") {
-		t.Errorf("a dead letter's receipt offers redelivery: %q", got)
+	routes := rows("table.routes tbody tr")
+	if len(routes) != 2 || !strings.HasPrefix(routes[0], "invoices|dead|1|503 Service Unavailable|") || !strings.Contains(routes[0], "dead letter") ||
+		!strings.HasPrefix(routes[1], "analytics|delivered|1|") || !strings.HasSuffix(routes[1], "|Redeliver") {
+		t.Errorf("req_a's routes: %q, want invoices dead and analytics delivered, and not crm", routes)
 	}
-
-	// A dead letter retried from its page is delivered once the downstream
-	// takes it.
-	down.up.Store(true)
-	do("retry a dead letter",
-		chromedp.Navigate(ui+"/ui/deadletters"),
-		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Retry req_a"]`)),
-		shot("deadletters"),
-		chromedp.Click(chromedp.CSS(`button[aria-label="Retry req_a"]`)),
+	if got := text("ul.risks"); !strings.Contains(got, "route invoices: forwarding gave up") || !strings.Contains(got, "route analytics: forwarding is at least once") {
+		t.Errorf("req_a's residual risk: %q", got)
+	}
+	if none, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('button[aria-label="Redeliver to invoices"]') === null`)); err != nil || !none {
+		t.Errorf("a dead letter's route offers redelivery (%v)", err)
+	}
+	// Redeliver to one route sends it there alone.
+	do("redeliver to analytics",
+		chromedp.Click(chromedp.CSS(`button[aria-label="Redeliver to analytics"]`)),
 		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
 	)
-	if got := text(".notice"); !strings.Contains(got, "req_a is back in the outbox") {
+	if got := text(".notice"); !strings.Contains(got, "to route analytics") {
+		t.Errorf("redeliver to analytics says %q", got)
+	}
+	waitFor(t, "req_a redelivered to analytics", func() bool { return up.count("analytics", "req_a") == 2 })
+	becomes("req_a", "analytics", "delivered")
+	if state("req_a", "invoices") != "dead" {
+		t.Errorf("a redelivery to analytics changed invoices: %s", state("req_a", "invoices"))
+	}
+	// A delivery no filter selects is routed nowhere.
+	do("look up a ping",
+		chromedp.Navigate(ui+"/ui/receipt?source=billing&request_id=req_ping"),
+		chromedp.WaitVisible(chromedp.CSS("article.receipt")),
+	)
+	if got := text("article.receipt"); !strings.Contains(got, "Routed nowhere") {
+		t.Errorf("an unrouted receipt: %q", got)
+	}
+
+	// The dead letters filtered to one route show that route's only; one
+	// retried from there is delivered once its downstream takes it.
+	down.up.Store(true)
+	do("show the dead letters of invoices",
+		chromedp.Navigate(ui+"/ui/deadletters"),
+		chromedp.WaitVisible(chromedp.ID("q-target")),
+		chromedp.SetValue(chromedp.ID("q-target"), "billing/invoices"),
+		chromedp.Submit(chromedp.ID("q-target")),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Retry req_a to invoices"]`)),
+		shot("deadletters"),
+	)
+	dead := rows("table.rows tbody tr")
+	if len(dead) != 3 || slices.ContainsFunc(dead, func(r string) bool { return !strings.HasPrefix(r, "invoices|") }) {
+		t.Errorf("the dead letters of billing/invoices: %q", dead)
+	}
+	do("retry a dead letter",
+		chromedp.Click(chromedp.CSS(`button[aria-label="Retry req_a to invoices"]`)),
+		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
+	)
+	if got := text(".notice"); !strings.Contains(got, "billing/invoices/req_a is back in the outbox") {
 		t.Errorf("retry says %q", got)
 	}
-	waitFor(t, "req_a delivered downstream", func() bool { return down.count("req_a") == 1 })
-	waitFor(t, "req_a's receipt delivered", func() bool {
-		_, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/req_a")
-		f, _ := r["forward"].(map[string]any)
-		return f["state"] == "delivered"
-	})
-	do("see it delivered",
-		chromedp.Navigate(ui+"/ui/receipt?source=billing&request_id=req_a"),
-		chromedp.WaitVisible(chromedp.CSS("form[action='/ui/receipt/redeliver']")),
-	)
-	if got := text("article.receipt"); !strings.Contains(got, "delivered") {
-		t.Errorf("the retried receipt: %q", got)
+	waitFor(t, "req_a delivered to invoices", func() bool { return down.count("invoices", "req_a") == 1 })
+	becomes("req_a", "invoices", "delivered")
+	if still := state("req_cus", "crm"); still != "dead" {
+		t.Errorf("a retry of invoices changed crm's dead letter: %s", still)
 	}
+	// Delivered on both routes, the request can go to both again at once.
+	do("redeliver to all",
+		chromedp.Navigate(ui+"/ui/receipt?source=billing&request_id=req_a"),
+		chromedp.WaitVisible(chromedp.CSS("form.all button")),
+		chromedp.Click(chromedp.CSS("form.all button")),
+		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
+	)
+	waitFor(t, "req_a redelivered to both routes", func() bool {
+		return down.count("invoices", "req_a") == 2 && up.count("analytics", "req_a") == 3
+	})
 
 	// A discard asks first, saying what stays.
 	do("ask to discard a dead letter",
 		chromedp.Navigate(ui+"/ui/deadletters"),
-		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Discard req_b"]`)),
-		chromedp.Click(chromedp.CSS(`button[aria-label="Discard req_b"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Discard req_b to invoices"]`)),
+		chromedp.Click(chromedp.CSS(`button[aria-label="Discard req_b to invoices"]`)),
 		chromedp.WaitVisible(chromedp.CSS(".confirm button.danger")),
 		shot("discard-confirm"),
 	)
-	if got := text("#confirm-text"); !strings.Contains(got, "Its receipt stays, marked discarded, and Redeliver on the receipt can send the request again") {
+	if got := text("#confirm-text"); !strings.Contains(got, "Its receipt stays, marked discarded on route invoices, and Redeliver to invoices on the receipt can send the request again") {
 		t.Errorf("the discard's confirmation says %q", got)
 	}
 	do("discard it",
 		chromedp.Click(chromedp.CSS(".confirm button.danger")),
 		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
 	)
-	if got := text(".notice"); !strings.Contains(got, "req_b is discarded") {
+	if got := text(".notice"); !strings.Contains(got, "billing/invoices/req_b is discarded") {
 		t.Errorf("discard says %q", got)
 	}
-	if gone, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('button[aria-label="Retry req_b"]') === null`)); err != nil || !gone {
+	if gone, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('button[aria-label="Retry req_b to invoices"]') === null`)); err != nil || !gone {
 		t.Errorf("after the discard the dead letters still list req_b (%v)", err)
 	}
-	_, r := c.adminCall(http.MethodGet, "/admin/receipts/billing/req_b")
-	if f, _ := r["forward"].(map[string]any); f["state"] != "discarded" {
-		t.Errorf("discarded receipt's forward: %v", r["forward"])
+	if s := state("req_b", "invoices"); s != "discarded" {
+		t.Errorf("discarded receipt's invoices route: %s", s)
 	}
 	// As the confirmation said, the receipt can still send the request.
 	do("redeliver the discarded request",
 		chromedp.Navigate(ui+"/ui/receipt?source=billing&request_id=req_b"),
-		chromedp.WaitVisible(chromedp.CSS("form[action='/ui/receipt/redeliver'] button")),
-		chromedp.Click(chromedp.CSS("form[action='/ui/receipt/redeliver'] button")),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Redeliver to invoices"]`)),
+		chromedp.Click(chromedp.CSS(`button[aria-label="Redeliver to invoices"]`)),
 		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
 	)
-	waitFor(t, "req_b delivered after its discard", func() bool { return down.count("req_b") == 1 })
+	waitFor(t, "req_b delivered after its discard", func() bool { return down.count("invoices", "req_b") == 1 })
 
 	// A new decision appears in the live tail as it is made.
 	do("open the live tail",
@@ -362,13 +466,13 @@ func consoleInABrowser(t *testing.T, storage string) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById("stream-state").textContent.startsWith("Live")`)); err != nil {
 		t.Fatalf("the live tail does not connect: %v", err)
 	}
-	deliver("req_live", "dlv_9", "sub_3")
+	deliver("req_live", "dlv_9", "invoice.paid", "sub_3")
 	do("watch it arrive",
 		chromedp.WaitVisible(chromedp.CSS(`#tail a[href*="request_id=req_live"]`)),
 	)
 	// A refused request shows its request ID, with no link to a receipt it
 	// has not got.
-	if status, _ := c.send(http.MethodPost, "http://"+c.public+"/hooks/billing", `{"request_id":"req_bad","object":{"id":"sub_9","version":"x"}}`, nil); status != http.StatusBadRequest {
+	if status, _ := c.send(http.MethodPost, "http://"+c.public+"/hooks/billing", `{"request_id":"req_bad","type":"invoice.paid","object":{"id":"sub_9","version":"x"}}`, nil); status != http.StatusBadRequest {
 		t.Fatalf("a bad version: %d, want 400", status)
 	}
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`[...document.querySelectorAll("#tail td")].some(td => td.textContent === "req_bad")`)); err != nil {
@@ -381,7 +485,7 @@ func consoleInABrowser(t *testing.T, storage string) {
 
 	// A POST without the CSRF token is refused, from the console's own page.
 	status, err := chromedp.Run(ctx, chromedp.Evaluate[int](
-		`fetch("/ui/deadletters/retry", {method: "POST", body: new URLSearchParams({source: "billing", request_id: "req_a"})}).then(r => r.status)`,
+		`fetch("/ui/deadletters/retry", {method: "POST", body: new URLSearchParams({source: "billing", route: "crm", request_id: "req_cus"})}).then(r => r.status)`,
 		chromedp.EvalAwaitPromise))
 	if err != nil || status != http.StatusForbidden {
 		t.Errorf("POST without a CSRF token: %d %v, want 403", status, err)
@@ -400,11 +504,11 @@ func consoleInABrowser(t *testing.T, storage string) {
 	// On a phone each row of a table is a card: a dead letter's actions are
 	// on screen and can be used, and no page scrolls sideways.
 	down.up.Store(false)
-	deliver("req_phone", "dlv_10", "sub_5")
-	deadLetter("req_phone")
+	deliver("req_phone", "dlv_10", "invoice.paid", "sub_5")
+	becomes("req_phone", "invoices", "dead")
 	do("a phone's view of the dead letters",
 		chromedp.Navigate(ui+"/ui/deadletters"),
-		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Retry req_phone"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Retry req_phone to invoices"]`)),
 		shot("deadletters-phone"),
 	)
 	onScreen := func(what, sel string) {
@@ -427,17 +531,24 @@ func consoleInABrowser(t *testing.T, storage string) {
 	onScreen("the dead letters' Retry and Discard buttons", ".actions button")
 	noSideways("the dead letters")
 	do("discard on a phone",
-		chromedp.Click(chromedp.CSS(`button[aria-label="Discard req_phone"]`)),
+		chromedp.Click(chromedp.CSS(`button[aria-label="Discard req_phone to invoices"]`)),
 		chromedp.WaitVisible(chromedp.CSS(".confirm button.danger")),
 		shot("discard-confirm-phone"),
 	)
 	onScreen("the confirmation's buttons", ".confirm button, .confirm .button")
 	do("confirm it", chromedp.Click(chromedp.CSS(".confirm button.danger")), chromedp.WaitVisible(chromedp.CSS(".notice.ok")))
-	for _, page := range []string{"tail", "outbox", "receipt?source=billing&request_id=req_a"} {
+	do("a phone's view of a receipt's routes",
+		chromedp.Navigate(ui+"/ui/receipt?source=billing&request_id=req_phone"),
+		chromedp.WaitVisible(chromedp.CSS("table.routes")),
+		shot("receipt-phone"),
+	)
+	onScreen("the routes' Redeliver buttons", "table.routes button")
+	noSideways("the receipt")
+	for _, page := range []string{"tail", "outbox"} {
 		do("a phone's view of "+page,
 			chromedp.Navigate(ui+"/ui/"+page),
 			chromedp.WaitVisible(chromedp.CSS("main h1")),
-			shot(strings.SplitN(page, "?", 2)[0]+"-phone"),
+			shot(page+"-phone"),
 		)
 		noSideways(page)
 	}
