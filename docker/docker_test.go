@@ -369,7 +369,7 @@ func TestImageConfiguration(t *testing.T) {
 	strip := func(ss []configs.Source) []configs.Source {
 		out := slices.Clone(ss)
 		for i := range out {
-			out[i].Forward = nil
+			out[i].Routes = nil
 		}
 		return out
 	}
@@ -455,27 +455,26 @@ func TestComposeMatchesTheImage(t *testing.T) {
 		t.Errorf("no volume mounted on data_dir %s: %v", cfg.DataDir, gw.Volumes)
 	}
 
-	// Every forward URL names a compose service listening on its port, so
+	// Every route's URL names a compose service listening on its port, so
 	// the demo stack delivers somewhere.
 	for _, s := range cfg.Sources {
-		if s.Forward == nil {
-			continue
-		}
-		u, err := url.Parse(s.Forward.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		svc, ok := c.Services[u.Hostname()]
-		if !ok {
-			t.Errorf("source %s forwards to %s, which is no compose service", s.Name, u.Host)
-			continue
-		}
-		if svc.Image != gw.Image {
-			t.Errorf("service %s runs %s, not the webhookd image %s", u.Hostname(), svc.Image, gw.Image)
-		}
-		i := slices.Index(svc.Command, "--listen")
-		if i < 0 || i+1 >= len(svc.Command) || svc.Command[i+1] != "0.0.0.0:"+u.Port() {
-			t.Errorf("service %s (%q) does not listen on 0.0.0.0:%s, where source %s forwards", u.Hostname(), svc.Command, u.Port(), s.Name)
+		for _, r := range s.Routes {
+			u, err := url.Parse(r.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc, ok := c.Services[u.Hostname()]
+			if !ok {
+				t.Errorf("route %s/%s forwards to %s, which is no compose service", s.Name, r.Name, u.Host)
+				continue
+			}
+			if svc.Image != gw.Image {
+				t.Errorf("service %s runs %s, not the webhookd image %s", u.Hostname(), svc.Image, gw.Image)
+			}
+			i := slices.Index(svc.Command, "--listen")
+			if i < 0 || i+1 >= len(svc.Command) || svc.Command[i+1] != "0.0.0.0:"+u.Port() {
+				t.Errorf("service %s (%q) does not listen on 0.0.0.0:%s, where route %s/%s forwards", u.Hostname(), svc.Command, u.Port(), s.Name, r.Name)
+			}
 		}
 	}
 
