@@ -121,17 +121,11 @@ func Compile(expr string) (*Filter, error) {
 }
 
 // Match says whether in is selected: whether the expression evaluates to
-// true. An evaluation that fails does not match. A nil Filter, a route
-// without a filter, selects every delivery.
-func (f *Filter) Match(in *Input) bool {
-	ok, _ := f.Eval(in)
-	return ok
-}
-
-// Eval is Match with the reason an evaluation failed, for the caller to
-// count or log: a filter that fails on every delivery reads a field the
-// deliveries do not have.
-func (f *Filter) Eval(in *Input) (bool, error) {
+// true. An evaluation that fails does not match, and err says why, for
+// the caller to count or log: a filter that fails on every delivery reads
+// a field the deliveries do not have. A nil Filter, a route without a
+// filter, selects every delivery.
+func (f *Filter) Match(in *Input) (bool, error) {
 	if f == nil {
 		return true, nil
 	}

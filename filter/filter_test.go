@@ -196,7 +196,7 @@ func TestMatch(t *testing.T) {
 			if body == "" && !strings.Contains(tc.err, "JSON") {
 				body = invoice
 			}
-			got, err := f.Eval(input(body))
+			got, err := f.Match(input(body))
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("Eval = %v, %v; want an error containing %q", got, err, tc.err)
@@ -207,7 +207,7 @@ func TestMatch(t *testing.T) {
 			if got != tc.match {
 				t.Errorf("Eval = %v, want %v", got, tc.match)
 			}
-			if m := f.Match(input(body)); m != tc.match {
+			if m, _ := f.Match(input(body)); m != tc.match {
 				t.Errorf("Match = %v, want %v", m, tc.match)
 			}
 		})
@@ -232,14 +232,14 @@ func TestValidJSON(t *testing.T) {
 	}
 	in := input(invoice)
 	in.ValidJSON = true
-	if ok, err := f.Eval(in); !ok || err != nil {
+	if ok, err := f.Match(in); !ok || err != nil {
 		t.Fatalf("Eval = %v, %v; want true", ok, err)
 	}
 }
 
 func TestNilFilterSelectsEverything(t *testing.T) {
 	var none *filter.Filter
-	if ok, err := none.Eval(input("not json")); !ok || err != nil || !none.Match(input("")) {
+	if ok, err := none.Match(input("not json")); !ok || err != nil || !matches(none, input("")) {
 		t.Errorf("a nil filter: Eval = %v, %v; want every delivery selected", ok, err)
 	}
 }
@@ -249,7 +249,7 @@ func TestMatchWithoutHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Match(&filter.Input{Body: []byte(`{}`)}) {
+	if matches(f, &filter.Input{Body: []byte(`{}`)}) {
 		t.Error("matched a delivery without headers")
 	}
 }
@@ -298,7 +298,7 @@ func TestCostLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, err := runaway.Eval(input(body))
+	ok, err := runaway.Match(input(body))
 	if ok || err == nil || !strings.Contains(err.Error(), "cost limit exceeded") {
 		t.Fatalf("Eval = %v, %v; want false and the cost limit exceeded", ok, err)
 	}
@@ -307,7 +307,7 @@ func TestCostLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := linear.Eval(input(body)); !ok || err != nil {
+	if ok, err := linear.Match(input(body)); !ok || err != nil {
 		t.Fatalf("Eval = %v, %v; want true", ok, err)
 	}
 }
@@ -322,7 +322,7 @@ func TestConcurrentMatch(t *testing.T) {
 		go func() {
 			ok := true
 			for range 200 {
-				ok = ok && f.Match(input(invoice))
+				ok = ok && matches(f, input(invoice))
 			}
 			done <- ok
 		}()
@@ -343,7 +343,7 @@ func BenchmarkMatch(b *testing.B) {
 	b.SetBytes(int64(len(invoice)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if !f.Match(in) {
+		if !matches(f, in) {
 			b.Fatal("no match")
 		}
 	}
@@ -359,7 +359,7 @@ func BenchmarkMatchValidJSON(b *testing.B) {
 	b.SetBytes(int64(len(invoice)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if !f.Match(in) {
+		if !matches(f, in) {
 			b.Fatal("no match")
 		}
 	}
@@ -371,4 +371,10 @@ func BenchmarkCompile(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// matches is Match's verdict alone.
+func matches(f *filter.Filter, in *filter.Input) bool {
+	ok, _ := f.Match(in)
+	return ok
 }

@@ -47,6 +47,8 @@ type Metrics interface {
 	Decided(source string, d webhookd.Decision)
 	Rejected(source, reason string)
 	Answered(source string, took time.Duration)
+	// FilterFailed counts one delivery on which route's filter failed.
+	FilterFailed(source, route string)
 }
 
 // nopMetrics is the Metrics of a gateway nobody watches.
@@ -55,6 +57,7 @@ type nopMetrics struct{}
 func (nopMetrics) Decided(string, webhookd.Decision) {}
 func (nopMetrics) Rejected(string, string)           {}
 func (nopMetrics) Answered(string, time.Duration)    {}
+func (nopMetrics) FilterFailed(string, string)       {}
 
 // Observer is told of each request the public listener answers, as it is
 // answered: the console's live tail and recent history. It runs on the
@@ -120,6 +123,9 @@ type Server struct {
 	// seconds would otherwise log every answer. unavailable logs requests
 	// refused with 503 at most once every 10 s.
 	readiness, unavailable *ratelog.Failures
+	// filterLog logs failed filter evaluations, which go on for as long
+	// as deliveries lack what a filter reads.
+	filterLog *ratelog.Failures
 }
 
 // NewServer builds both apps from cfg. It fails on a source it cannot
@@ -133,6 +139,7 @@ func NewServer(cfg *configs.Config, decider Decider, records storage.Records, lo
 		logger:         logger,
 		readiness:      ratelog.New(logger, zapcore.WarnLevel, ratelog.DefaultEvery),
 		unavailable:    ratelog.New(logger, zapcore.ErrorLevel, ratelog.DefaultEvery),
+		filterLog:      ratelog.New(logger, zapcore.WarnLevel, ratelog.DefaultEvery),
 		decider:        decider,
 		records:        records,
 		now:            time.Now,

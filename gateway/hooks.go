@@ -435,7 +435,7 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 	}
 	if len(src.routes) > 0 {
 		d.Forward = true
-		d.Routes, d.Headers = src.selectRoutes(c, &d, body)
+		d.Routes, d.Headers = s.selectRoutes(c, src, &d, body)
 		d.Body = body // read only while Decide runs, inside this handler
 		d.ContentType = strings.Clone(c.Get(fiber.HeaderContentType))
 	}
@@ -448,14 +448,22 @@ func (s *Server) parse(c *fiber.Ctx, src *source) (webhookd.Delivery, error) {
 // an accepted delivery's routes are written. parse has checked that the
 // body is JSON when the source reads a field of it. The names are the
 // configuration's strings and the headers copies: both outlive the
-// request.
-func (src *source) selectRoutes(c *fiber.Ctx, d *webhookd.Delivery, body []byte) (names []string, headers map[string]string) {
+// request. A filter whose evaluation fails does not select d; the
+// failure is counted and logged, as it usually means the filter reads a
+// field that deliveries do not have without has().
+func (s *Server) selectRoutes(c *fiber.Ctx, src *source, d *webhookd.Delivery, body []byte) (names []string, headers map[string]string) {
 	if src.everyRoute != nil {
 		return src.everyRoute, passHeaders(c, src.everyPass, nil)
 	}
 	in := filter.Input{Body: body, ValidJSON: src.needsJSON, Header: requestHeader(c), RequestID: d.RequestID, Resource: d.Resource, Version: d.Version}
 	for _, r := range src.routes {
-		if r.match == nil || r.match.Match(&in) {
+		match, err := r.match.Match(&in)
+		if err != nil {
+			s.Metrics.FilterFailed(src.Name, r.name)
+			s.filterLog.Fail("a route's filter failed on a delivery, which the route therefore does not take",
+				zap.String("source", src.Name), zap.String("route", r.name), zap.String("request_id", d.RequestID), zap.Error(err))
+		}
+		if match {
 			names = append(names, r.name)
 			headers = passHeaders(c, r.pass, headers)
 		}

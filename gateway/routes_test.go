@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,5 +263,47 @@ func TestAdminRefusesAnUnknownRoute(t *testing.T) {
 	r = f.admin("/admin/outbox?route=billing")
 	if r.status != 400 || r.body["field"] != "route" {
 		t.Errorf("route= without source=: %d %v, want 400 blaming route", r.status, r.body)
+	}
+}
+
+// filterFailures counts FilterFailed by "source/route".
+type filterFailures struct {
+	nopMetrics
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (m *filterFailures) FilterFailed(source, route string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.counts[source+"/"+route]++
+}
+
+// A filter that fails on a delivery (here, it reads a field the body does
+// not have without has()) does not take it, and the failure is counted;
+// the other routes are not affected.
+func TestAFailingFilterTakesNothingAndIsCounted(t *testing.T) {
+	f := newFixtureFor(t, `
+sources:
+  - name: shop
+    request_id: json:id
+    routes:
+      - name: big
+        url: http://127.0.0.1:9/big
+        filter: body.amount > 100
+      - name: all
+        url: http://127.0.0.1:9/all
+`, nil)
+	m := &filterFailures{counts: map[string]int{}}
+	f.server.Metrics = m
+	expect(t, f.post("shop", `{"id":"o-1","amount":250}`), 202, "accepted")
+	expect(t, f.post("shop", `{"id":"o-2"}`), 202, "accepted")
+	for id, want := range map[string][]string{"o-1": {"big", "all"}, "o-2": {"all"}} {
+		if routes, _ := routesOf(t, f, "shop", id); !slices.Equal(routes, want) {
+			t.Errorf("%s: routes %v, want %v", id, routes, want)
+		}
+	}
+	if !maps.Equal(m.counts, map[string]int{"shop/big": 1}) {
+		t.Errorf("filter failures %v, want one of shop/big", m.counts)
 	}
 }

@@ -47,6 +47,7 @@ type Metrics struct {
 	intake          *prometheus.HistogramVec
 	forwardAttempts *prometheus.CounterVec
 	forwardDuration *prometheus.HistogramVec
+	filterFailures  *prometheus.CounterVec
 }
 
 // New registers webhookd's metrics, the Go runtime's and the process's,
@@ -77,9 +78,13 @@ func New(g Gauges) *Metrics {
 			Help:    "Duration of forward attempts to the downstream, by source and route.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"source", "route"}),
+		filterFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhookd_filter_failures_total",
+			Help: "Deliveries on which a route's filter failed (the route did not take them), by source and route.",
+		}, []string{"source", "route"}),
 	}
 	m.registry.MustRegister(
-		m.deliveries, m.rejections, m.intake, m.forwardAttempts, m.forwardDuration,
+		m.deliveries, m.rejections, m.intake, m.forwardAttempts, m.forwardDuration, m.filterFailures,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		gauges{g},
@@ -105,6 +110,11 @@ func (m *Metrics) Rejected(source, reason string) {
 // Answered observes how long the public listener took to answer.
 func (m *Metrics) Answered(source string, took time.Duration) {
 	m.intake.WithLabelValues(source).Observe(took.Seconds())
+}
+
+// FilterFailed counts one delivery on which route's filter failed.
+func (m *Metrics) FilterFailed(source, route string) {
+	m.filterFailures.WithLabelValues(source, route).Inc()
 }
 
 // Attempted counts one forward attempt to target.
