@@ -217,6 +217,19 @@ type Route struct {
 	// Sign, when set, adds Standard Webhooks signature headers to every
 	// forwarded request.
 	Sign *Sign `yaml:"sign"`
+	// Rate bounds the requests started to the route, "N/s" or "N/m"
+	// (empty: no bound), with Burst of them at once.
+	Rate  string `yaml:"rate"`
+	Burst int    `yaml:"burst" validate:"gte=0"`
+	// Breaker stops sending to a route that keeps failing.
+	Breaker Breaker `yaml:"breaker"`
+}
+
+// Breaker configures a route's circuit breaker (forward.Breaker).
+type Breaker struct {
+	Failures    int           `yaml:"failures"`
+	Cooldown    time.Duration `yaml:"cooldown"`
+	MaxCooldown time.Duration `yaml:"max_cooldown"`
 }
 
 // Sign configures signed forwarding.

@@ -10,6 +10,7 @@ package storage
 
 import (
 	"context"
+	"time"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
@@ -43,6 +44,7 @@ type Backend interface {
 
 	Records
 	forward.Queue
+	forward.Control
 	// DeadLetterCounts returns how many dead letters each route has; a
 	// route without any is absent. Metrics read it on every scrape.
 	DeadLetterCounts() (map[forward.Target]int, error)
@@ -63,13 +65,23 @@ type Records interface {
 	// Latest returns the latest accepted version of one resource. Latest
 	// versions do not expire.
 	Latest(ctx context.Context, source, resource string) (*versioning.Latest, error)
-	// Outbox returns the entries waiting to be forwarded to target, in
-	// outbox order and without their bodies. An empty Route means every
-	// route of the source; an empty Source, every source.
-	Outbox(ctx context.Context, target forward.Target) ([]forward.Entry, error)
-	// DeadLetters returns the dead letters of target (empty fields as in
-	// Outbox), by source, route and request ID, without their bodies.
-	DeadLetters(ctx context.Context, target forward.Target) ([]forward.Entry, error)
+	// Receipts returns a page of the receipts q selects, newest first
+	// (by first seen, then source and request ID), and the cursor of the
+	// next page, "" after the last. Receipts that arrive while an
+	// operator pages are newer than the cursor: no page repeats or skips
+	// one. A backend reads an index by time, never every receipt; a page
+	// may come back short, or empty with a cursor, when the filters
+	// discard much of what the index holds (see MaxExamined).
+	Receipts(ctx context.Context, q ReceiptQuery) (items []dedupe.Receipt, next string, err error)
+	// Outbox returns a page of the entries waiting to be forwarded to
+	// target, in outbox order and without their bodies, and the cursor of
+	// the next page. An empty Route means every route of the source; an
+	// empty Source, every source.
+	Outbox(ctx context.Context, target forward.Target, page Page) (items []forward.Entry, next string, err error)
+	// DeadLetters returns a page of the dead letters of target (empty
+	// fields as in Outbox), by source, route and request ID, without their
+	// bodies.
+	DeadLetters(ctx context.Context, target forward.Target, page Page) (items []forward.Entry, next string, err error)
 	// RetryDeadLetter puts a dead letter of target back at the end of the
 	// outbox, with its attempts reset, if its body is kept and no later
 	// version of its resource was accepted.
@@ -82,4 +94,66 @@ type Records interface {
 	// and if no later version of its resource was accepted. An empty route
 	// means every route forward.Redeliverable allows, in one transaction.
 	Redeliver(ctx context.Context, source, requestID, route string) error
+	// RetryDeadLetters retries, as RetryDeadLetter does, the dead letters
+	// q selects, a page at a time, oldest first (by when they were
+	// accepted, so each resource's versions go back into the outbox in
+	// order); each page is one transaction. Those RetryDeadLetter would
+	// refuse stay, counted as Refused. Next continues after the page.
+	RetryDeadLetters(ctx context.Context, q DeadLetterQuery, page Page) (BulkResult, error)
+	// DiscardDeadLetters discards the dead letters q selects, as
+	// RetryDeadLetters pages them.
+	DiscardDeadLetters(ctx context.Context, q DeadLetterQuery, page Page) (BulkResult, error)
+}
+
+// Page asks for one page of a list: at most Limit items (0 for
+// DefaultLimit, at most MaxLimit) after Cursor, "" for the first page.
+// Cursors are opaque, and a backend's own: a bad one is EINVALID.
+type Page struct {
+	Limit  int
+	Cursor string
+}
+
+// Page sizes.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+	// MaxExamined bounds the index entries one page of Receipts reads.
+	MaxExamined = 10 * MaxLimit
+)
+
+// Size returns the page's limit within bounds.
+func (p Page) Size() int {
+	if p.Limit <= 0 {
+		return DefaultLimit
+	}
+	return min(p.Limit, MaxLimit)
+}
+
+// ReceiptQuery selects receipts; a zero field selects every value.
+type ReceiptQuery struct {
+	Source   string
+	Decision webhookd.Decision
+	Resource string // of Source
+	// Route selects receipts forwarded to that route of Source;
+	// ForwardState, receipts with a route (Route, when set) in that state.
+	Route        string
+	ForwardState webhookd.ForwardState
+	// Since and Until bound when the receipt was first seen: Since <=
+	// first seen < Until.
+	Since, Until time.Time
+	Page
+}
+
+// DeadLetterQuery selects dead letters: those of Target (empty fields as
+// in Records.Outbox) that died in [Since, Until), a zero bound being none.
+type DeadLetterQuery struct {
+	Target       forward.Target
+	Since, Until time.Time
+}
+
+// BulkResult counts what one page of a bulk repair did.
+type BulkResult struct {
+	Done    int    `json:"done"`
+	Refused int    `json:"refused"`
+	Next    string `json:"-"` // "" after the last page
 }
