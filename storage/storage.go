@@ -66,10 +66,10 @@ type Records interface {
 	// versions do not expire.
 	Latest(ctx context.Context, source, resource string) (*versioning.Latest, error)
 	// Receipts returns a page of the receipts q selects, newest first
-	// (by first seen, then source and request ID), and the cursor of the
-	// next page, "" after the last. Receipts that arrive while an
-	// operator pages are newer than the cursor: no page repeats or skips
-	// one. A backend reads an index by time, never every receipt; a page
+	// (by first seen, then source, then request ID, each descending), and
+	// the cursor of the next page, "" after the last. Receipts that arrive
+	// while an operator pages are newer than the cursor: no page repeats
+	// or skips one. A backend reads an index by time, never every receipt; a page
 	// may come back short, or empty with a cursor, when the filters
 	// discard much of what the index holds (see MaxExamined).
 	Receipts(ctx context.Context, q ReceiptQuery) (items []dedupe.Receipt, next string, err error)
