@@ -206,13 +206,6 @@ const (
 	// lockReceipt is readReceipt holding the row until commit.
 	lockReceipt = readReceipt + ` FOR UPDATE`
 
-	// listOutbox: $1 source, $2 route, each '' for all.
-	listOutbox = `SELECT seq, ` + entryColumns + ` FROM webhookd_outbox
-	WHERE ($1 = '' OR source = $1) AND ($2 = '' OR route = $2) ORDER BY seq`
-
-	listDeadLetters = `SELECT 0, ` + entryColumns + `, dead_at, body IS NULL FROM webhookd_dead_letters
-	WHERE ($1 = '' OR source = $1) AND ($2 = '' OR route = $2) ORDER BY source, route, request_id`
-
 	countDeadLetters = `SELECT source, route, count(*) FROM webhookd_dead_letters GROUP BY source, route`
 
 	// lockDeadLetter reads a dead letter with its body, holding the row.
