@@ -147,6 +147,11 @@ func (s *Store) bulk(ctx context.Context, q storage.DeadLetterQuery, page storag
 	var res storage.BulkResult
 	for attempt := 1; ; attempt++ {
 		err := s.repair(ctx, func(tx pgx.Tx, now time.Time) error {
+			// The page walks the index on created_at (see withIndexOrder);
+			// what follows sorts nothing it could read in order instead.
+			if _, err := tx.Exec(ctx, noSorts); err != nil {
+				return err
+			}
 			rows, err := tx.Query(ctx, pageDeadLetters, q.Target.Source, q.Target.Route, after, from.Source, from.Route,
 				from.RequestID, since, until, n+1)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/webhookd/webhookd"
@@ -102,32 +103,35 @@ func (s *Store) Receipts(ctx context.Context, q storage.ReceiptQuery) ([]dedupe.
 		sql, from.Source = searchSourceReceipts, q.Source
 	}
 	n := q.Size()
-	rows, err := s.pool.Query(ctx, sql, upper, from.Source, from.RequestID, since, storage.MaxExamined, s.Now(),
-		string(q.Decision), q.Resource, q.Route, string(q.ForwardState), n+1)
-	if err != nil {
-		return nil, "", fmt.Errorf("receipts: %w", unavailable(err))
-	}
-	defer rows.Close()
 	items := []dedupe.Receipt{}
 	var next string
-	for rows.Next() {
-		var matched, last bool
-		r, err := scanReceipt(rows, &matched, &last)
+	err := withIndexOrder(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sql, upper, from.Source, from.RequestID, since, storage.MaxExamined, s.Now(),
+			string(q.Decision), q.Resource, q.Route, string(q.ForwardState), n+1)
 		if err != nil {
-			return nil, "", fmt.Errorf("receipts: %w", unavailable(err))
+			return err
 		}
-		if matched && len(items) == n {
-			next = receiptCursor(&items[n-1])
-			break
+		defer rows.Close()
+		for rows.Next() {
+			var matched, last bool
+			r, err := scanReceipt(rows, &matched, &last)
+			if err != nil {
+				return err
+			}
+			if matched && len(items) == n {
+				next = receiptCursor(&items[n-1])
+				break
+			}
+			if matched {
+				items = append(items, *r)
+			}
+			if last {
+				next = receiptCursor(r)
+			}
 		}
-		if matched {
-			items = append(items, *r)
-		}
-		if last {
-			next = receiptCursor(r)
-		}
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, "", fmt.Errorf("receipts: %w", unavailable(err))
 	}
 	return items, next, nil
@@ -194,28 +198,31 @@ func (s *Store) entries(ctx context.Context, dead bool, sql string, args ...any)
 	if err := s.available(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	defer rows.Close()
 	entries := []forward.Entry{}
-	for rows.Next() {
-		var e forward.Entry
-		if dead {
-			var deadAt time.Time
-			var lost bool
-			if e, err = scanEntry(rows, &deadAt, &lost); err != nil {
-				return nil, unavailable(err)
-			}
-			deadAt = deadAt.UTC()
-			e.DeadAt, e.BodyLost = &deadAt, lost
-		} else if e, err = scanEntry(rows); err != nil {
-			return nil, unavailable(err)
+	err := withIndexOrder(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
 		}
-		entries = append(entries, e)
-	}
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var e forward.Entry
+			if dead {
+				var deadAt time.Time
+				var lost bool
+				if e, err = scanEntry(rows, &deadAt, &lost); err != nil {
+					return err
+				}
+				deadAt = deadAt.UTC()
+				e.DeadAt, e.BodyLost = &deadAt, lost
+			} else if e, err = scanEntry(rows); err != nil {
+				return err
+			}
+			entries = append(entries, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, unavailable(err)
 	}
 	return entries, nil

@@ -124,6 +124,9 @@ const (
 	// forceGenericPlans: see withGenericPlans.
 	forceGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 
+	// noSorts: see withIndexOrder.
+	noSorts = `SET LOCAL enable_sort = off`
+
 	// pending counts the outbox by target.
 	pending = `SELECT source, route, count(*) FROM webhookd_outbox GROUP BY source, route`
 
