@@ -128,21 +128,14 @@ type bulkPage struct {
 func (s *Store) bulk(ctx context.Context, q storage.DeadLetterQuery, page storage.Page, withBody bool,
 	fn func(tx pgx.Tx, p *bulkPage, now time.Time) (storage.BulkResult, error)) (storage.BulkResult, error) {
 	from := bulkKey{}
-	after := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	after := bound(time.Time{}, pgtype.NegativeInfinity)
 	if page.Cursor != "" {
 		if err := decodeCursor(page.Cursor, &from); err != nil {
 			return storage.BulkResult{}, err
 		}
-		after = pgtype.Timestamptz{Time: from.Created, Valid: true}
+		after = bound(from.Created, pgtype.NegativeInfinity)
 	}
-	since := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
-	if !q.Since.IsZero() {
-		since = pgtype.Timestamptz{Time: q.Since, Valid: true}
-	}
-	until := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
-	if !q.Until.IsZero() {
-		until = pgtype.Timestamptz{Time: q.Until, Valid: true}
-	}
+	since, until := bound(q.Since, pgtype.NegativeInfinity), bound(q.Until, pgtype.Infinity)
 	n := page.Size()
 	var res storage.BulkResult
 	for attempt := 1; ; attempt++ {

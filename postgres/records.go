@@ -81,23 +81,20 @@ func (s *Store) Receipts(ctx context.Context, q storage.ReceiptQuery) ([]dedupe.
 	if err := s.available(); err != nil {
 		return nil, "", err
 	}
-	upper := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	upper := bound(time.Time{}, pgtype.Infinity)
 	var from receiptKey
 	if q.Cursor != "" {
 		if err := decodeCursor(q.Cursor, &from); err != nil {
 			return nil, "", err
 		}
-		upper = pgtype.Timestamptz{Time: from.Seen, Valid: true}
+		upper = bound(from.Seen, pgtype.Infinity)
 	}
 	// A key of first seen Until and the least source and request ID
 	// bounds the walk to first seen < Until.
 	if !q.Until.IsZero() && (q.Cursor == "" || !from.Seen.Before(q.Until)) {
-		upper, from = pgtype.Timestamptz{Time: q.Until, Valid: true}, receiptKey{}
+		upper, from = bound(q.Until, pgtype.Infinity), receiptKey{}
 	}
-	since := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
-	if !q.Since.IsZero() {
-		since = pgtype.Timestamptz{Time: q.Since, Valid: true}
-	}
+	since := bound(q.Since, pgtype.NegativeInfinity)
 	sql := searchReceipts
 	if q.Source != "" {
 		sql, from.Source = searchSourceReceipts, q.Source
@@ -226,6 +223,16 @@ func (s *Store) entries(ctx context.Context, dead bool, sql string, args ...any)
 		return nil, unavailable(err)
 	}
 	return entries, nil
+}
+
+// bound is t as a bound of a range of times: none (the infinity given)
+// when zero, and else rounded up to the microseconds the columns keep, so
+// that a stored time t' is below it exactly when t' < t.
+func bound(t time.Time, none pgtype.InfinityModifier) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: none, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: t.Add(time.Microsecond - 1).Truncate(time.Microsecond), Valid: true}
 }
 
 // encodeCursor is the opaque form of a page's key: base64 of its JSON.
