@@ -233,6 +233,7 @@ func testBulkRetryAtScale(t *testing.T, open Open) {
 	if t.Failed() {
 		t.FailNow()
 	}
+	f.clock.Advance(time.Second) // every entry is due
 	for {
 		claims, err := f.b.Claim(ctx, "w", target, storage.MaxLimit, time.Minute)
 		if err != nil {

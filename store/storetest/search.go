@@ -304,8 +304,8 @@ func testReceiptSearchAtScale(t *testing.T, open Open) {
 	late := 0
 	got := f.search(storage.ReceiptQuery{Page: storage.Page{Limit: 5000}}, func(page int) {
 		for range 10 {
-			d := delivery(n + late)
-			d.RequestID = fmt.Sprint("late-", late)
+			d := delivery(n + late) // newer than any
+			d.Source, d.RequestID, d.Resource, d.Forward, d.Routes = source, fmt.Sprint("late-", late), "", false, nil
 			if _, err := f.b.Decide(ctx, d); err != nil {
 				t.Fatal(err)
 			}
