@@ -34,7 +34,7 @@ const (
 
 // Grant applies forward.RouteState.Grant to target's stored state.
 func (s *Store) Grant(ctx context.Context, owner string, target forward.Target, n int, r forward.Rate, lease time.Duration) (granted int, probe bool, err error) {
-	err = s.changeRoute(ctx, target, func(st *forward.RouteState, now time.Time) {
+	_, err = s.changeRoute(ctx, target, func(st *forward.RouteState, now time.Time) {
 		// A replica whose clock lags another's would set the bucket's
 		// time back, and the next grant elsewhere would refill the same
 		// interval twice: the bucket's time only moves forward.
@@ -51,10 +51,13 @@ func (s *Store) Grant(ctx context.Context, owner string, target forward.Target, 
 
 // Release applies forward.RouteState.Release to target's stored state.
 func (s *Store) Release(ctx context.Context, owner string, target forward.Target, unused int, probe bool, r forward.Rate) error {
-	if unused <= 0 {
+	// Without a rate and a probe, the rule has nothing to give back: the
+	// forwarder's release after a claim of fewer than granted then costs
+	// no transaction.
+	if unused <= 0 || r.Limit <= 0 && !probe {
 		return nil
 	}
-	err := s.changeRoute(ctx, target, func(st *forward.RouteState, _ time.Time) {
+	_, err := s.changeRoute(ctx, target, func(st *forward.RouteState, _ time.Time) {
 		st.Release(owner, unused, probe, r)
 	})
 	if err != nil {
@@ -66,9 +69,8 @@ func (s *Store) Release(ctx context.Context, owner string, target forward.Target
 // Report applies forward.RouteState.Report to target's stored state and
 // returns the state it leaves.
 func (s *Store) Report(ctx context.Context, target forward.Target, up bool, b forward.Breaker) (state forward.RouteState, counted bool, err error) {
-	err = s.changeRoute(ctx, target, func(st *forward.RouteState, now time.Time) {
+	state, err = s.changeRoute(ctx, target, func(st *forward.RouteState, now time.Time) {
 		counted = st.Report(up, b, now)
-		state = *st
 	})
 	if err != nil {
 		return forward.RouteState{}, false, fmt.Errorf("report %s: %w", target, err)
@@ -115,11 +117,13 @@ func (s *Store) RouteStates(ctx context.Context) (map[forward.Target]forward.Rou
 
 // changeRoute applies change to target's state in one transaction: it
 // locks the route's row, made first if the route has none, changes the
-// state with the store's clock, and writes it back if it changed.
-func (s *Store) changeRoute(ctx context.Context, target forward.Target, change func(st *forward.RouteState, now time.Time)) error {
+// state with the store's clock, and writes it back if it changed. It
+// returns the state as stored.
+func (s *Store) changeRoute(ctx context.Context, target forward.Target, change func(st *forward.RouteState, now time.Time)) (forward.RouteState, error) {
 	if err := s.available(); err != nil {
-		return err
+		return forward.RouteState{}, err
 	}
+	var st forward.RouteState
 	now := s.Now().Truncate(time.Microsecond).UTC()
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insertRoute, target.Source, target.Route); err != nil {
@@ -129,7 +133,7 @@ func (s *Store) changeRoute(ctx context.Context, target forward.Target, change f
 		if err != nil {
 			return err
 		}
-		st := was
+		st = was
 		change(&st, now)
 		st = stored(st)
 		if st == was {
@@ -140,9 +144,9 @@ func (s *Store) changeRoute(ctx context.Context, target forward.Target, change f
 	})
 	if err != nil {
 		s.observe(err)
-		return unavailable(err)
+		return forward.RouteState{}, unavailable(err)
 	}
-	return nil
+	return st, nil
 }
 
 // stored is st as the table keeps it: times in UTC to the microsecond,
