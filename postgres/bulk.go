@@ -45,6 +45,16 @@ const (
 	lockLatests = `SELECT l.source, l.resource, l.version, l.ord, l.request_id, l.updated_at
 	FROM unnest($1::text[], $2::text[]) AS k(s, res)
 	JOIN LATERAL (SELECT * FROM webhookd_latest l WHERE l.source = k.s AND l.resource = k.res LIMIT 1 FOR SHARE) l ON true`
+
+	// deleteDeadLetters deletes the dead letters of the keys $1-$3.
+	deleteDeadLetters = `DELETE FROM webhookd_dead_letters d USING unnest($1::text[], $2::text[], $3::text[]) AS k(s, r, id)
+	WHERE d.source = k.s AND d.route = k.r AND d.request_id = k.id`
+
+	// mergeManyRoutes is mergeRoutes for the receipts $1-$3 (sources,
+	// request IDs, first seen) and their objects $4.
+	mergeManyRoutes = `UPDATE webhookd_receipts r SET routes = r.routes || k.rt::jsonb
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS k(s, id, fs, rt)
+	WHERE r.source = k.s AND r.request_id = k.id AND r.first_seen = k.fs`
 )
 
 // bulkKey is a bulk repair's cursor.
@@ -140,9 +150,7 @@ func (s *Store) bulk(ctx context.Context, q storage.DeadLetterQuery, page storag
 	var res storage.BulkResult
 	for attempt := 1; ; attempt++ {
 		err := s.repair(ctx, func(tx pgx.Tx, now time.Time) error {
-			// The page walks the index on created_at (see withIndexOrder);
-			// what follows sorts nothing it could read in order instead.
-			if _, err := tx.Exec(ctx, noSorts); err != nil {
+			if err := bulkPlanning(ctx, tx); err != nil {
 				return err
 			}
 			rows, err := tx.Query(ctx, pageDeadLetters, q.Target.Source, q.Target.Route, after, from.Source, from.Route,
@@ -174,6 +182,17 @@ func (s *Store) bulk(ctx context.Context, q storage.DeadLetterQuery, page storag
 			return res, err
 		}
 	}
+}
+
+// bulkPlanning sets how the rest of a bulk page's transaction is planned:
+// without sorts, so that the page walks the index on created_at from its
+// cursor (see withIndexOrder), and without hash joins, so that the
+// statements over the page's key arrays look each key up by its primary
+// key. On tables never analyzed the planner underestimates their rows and
+// would hash the keys against a scan of the whole table.
+func bulkPlanning(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, bulkPlans)
+	return err
 }
 
 // lockPage locks the receipts, then the dead letters, of keys.
@@ -303,18 +322,23 @@ func (s *Store) requeueDead(ctx context.Context, tx pgx.Tx, p *bulkPage, retried
 }
 
 // write deletes the dead letters done and merges the route statuses
-// changed into their receipts, in one round trip.
+// changed into their receipts, which the page holds locked.
 func (p *bulkPage) write(ctx context.Context, tx pgx.Tx, done []*forward.Entry, changed map[key][]string) error {
-	b := &pgx.Batch{}
+	var sources, routes, ids []string
 	for _, e := range done {
-		b.Queue(deleteDeadLetter, e.Source, e.Route, e.RequestID)
+		sources, routes, ids = append(sources, e.Source), append(routes, e.Route), append(ids, e.RequestID)
 	}
+	if _, err := tx.Exec(ctx, deleteDeadLetters, sources, routes, ids); err != nil {
+		return err
+	}
+	sources, ids = sources[:0], ids[:0]
+	var firstSeen []time.Time
+	var objects []string
 	for _, k := range slices.SortedFunc(maps.Keys(changed), compareKeys) {
 		held := p.held[k]
-		b.Queue(mergeRoutes, held.Source, held.RequestID, held.FirstSeen, routesJSON(held.Routes, changed[k]))
+		sources, ids = append(sources, held.Source), append(ids, held.RequestID)
+		firstSeen, objects = append(firstSeen, held.FirstSeen), append(objects, routesJSON(held.Routes, changed[k]))
 	}
-	if b.Len() == 0 {
-		return nil
-	}
-	return tx.SendBatch(ctx, b).Close()
+	_, err := tx.Exec(ctx, mergeManyRoutes, sources, ids, firstSeen, objects)
+	return err
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -317,6 +318,36 @@ func TestPlansWithoutStatistics(t *testing.T) {
 			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			if plan := strings.Join(lines, "\n"); err == nil && (strings.Contains(plan, "Sort") || !strings.Contains(plan, tt.want)) {
 				t.Errorf("%s: want %q and no sort:\n%s", tt.name, tt.want, plan)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+	}
+
+	// A bulk page's writes over its key arrays, planned as bulkPlanning
+	// plans them, look each key up by the primary key.
+	times := slices.Repeat([]time.Time{now}, len(ids))
+	for _, tt := range []struct {
+		name, sql string
+		args      []any
+		table     string
+	}{
+		{"deleteDeadLetters", deleteDeadLetters, []any{sources, routes, ids}, "webhookd_dead_letters"},
+		{"mergeManyRoutes", mergeManyRoutes, []any{sources, ids, times, ids}, "webhookd_receipts"},
+	} {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := bulkPlanning(ctx, tx); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN "+tt.sql, tt.args...)
+			if err != nil {
+				return err
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if plan := strings.Join(lines, "\n"); err == nil && (strings.Contains(plan, "Seq Scan on "+tt.table) || !strings.Contains(plan, tt.table+"_pkey")) {
+				t.Errorf("%s: want lookups by %s_pkey and no scan of the table:\n%s", tt.name, tt.table, plan)
 			}
 			return err
 		})

@@ -127,6 +127,9 @@ const (
 	// noSorts: see withIndexOrder.
 	noSorts = `SET LOCAL enable_sort = off`
 
+	// bulkPlans: see bulkPlanning.
+	bulkPlans = `SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true)`
+
 	// pending counts the outbox by target.
 	pending = `SELECT source, route, count(*) FROM webhookd_outbox GROUP BY source, route`
 
