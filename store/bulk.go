@@ -122,6 +122,10 @@ func (s *Store) selectDead(q storage.DeadLetterQuery, page storage.Page) (refs [
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
+			tg, requestID := deadKeyParts(item.Key())
+			if q.Target.Route != "" && tg.Route != q.Target.Route {
+				continue // a route of every source: the prefix is all of them
+			}
 			var created, deadAt time.Time
 			err := item.Value(func(b []byte) error {
 				meta, _, err := splitEntry(b)
@@ -141,12 +145,11 @@ func (s *Store) selectDead(q storage.DeadLetterQuery, page storage.Page) (refs [
 			if !q.Since.IsZero() && deadAt.Before(q.Since) || !q.Until.IsZero() && !deadAt.Before(q.Until) {
 				continue
 			}
-			ref := deadRef{created: created, key: item.Key()}
+			ref := deadRef{created: created, key: item.Key(), target: tg, requestID: requestID}
 			if after != nil && compareDead(ref, *after) <= 0 {
 				continue
 			}
 			ref.key = item.KeyCopy(nil)
-			ref.target, ref.requestID = deadKeyParts(ref.key)
 			first.add(ref)
 		}
 		return nil

@@ -190,6 +190,9 @@ func (s *Store) DeadLetters(ctx context.Context, target forward.Target, page sto
 			if err != nil {
 				return err
 			}
+			if target.Route != "" && e.Route != target.Route {
+				continue // a route of every source: the prefix is all of them
+			}
 			entries = append(entries, e)
 			last = it.Item().KeyCopy(last[:0])
 		}
