@@ -122,8 +122,7 @@ func (s *Store) selectDead(q storage.DeadLetterQuery, page storage.Page) (refs [
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
-			tg, requestID := deadKeyParts(item.Key())
-			if q.Target.Route != "" && tg.Route != q.Target.Route {
+			if q.Target.Route != "" && !routeIs(item.Key(), q.Target.Route) {
 				continue // a route of every source: the prefix is all of them
 			}
 			var created, deadAt time.Time
@@ -145,11 +144,12 @@ func (s *Store) selectDead(q storage.DeadLetterQuery, page storage.Page) (refs [
 			if !q.Since.IsZero() && deadAt.Before(q.Since) || !q.Until.IsZero() && !deadAt.Before(q.Until) {
 				continue
 			}
-			ref := deadRef{created: created, key: item.Key(), target: tg, requestID: requestID}
+			ref := deadRef{created: created, key: item.Key()}
 			if after != nil && compareDead(ref, *after) <= 0 {
 				continue
 			}
 			ref.key = item.KeyCopy(nil)
+			ref.target, ref.requestID = deadKeyParts(ref.key)
 			first.add(ref)
 		}
 		return nil
