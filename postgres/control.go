@@ -124,7 +124,6 @@ func (s *Store) changeRoute(ctx context.Context, target forward.Target, change f
 		return forward.RouteState{}, err
 	}
 	var st forward.RouteState
-	now := s.Now().Truncate(time.Microsecond).UTC()
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insertRoute, target.Source, target.Route); err != nil {
 			return err
@@ -133,8 +132,10 @@ func (s *Store) changeRoute(ctx context.Context, target forward.Target, change f
 		if err != nil {
 			return err
 		}
+		// The clock is read under the lock, so that calls on one replica
+		// apply in the order of their times.
 		st = was
-		change(&st, now)
+		change(&st, s.Now().Truncate(time.Microsecond).UTC())
 		st = stored(st)
 		if st == was {
 			return nil
