@@ -33,8 +33,9 @@ const (
 	// cursor ($1 first seen, $2 source, $3 request ID) down to $4 (since),
 	// by the index on first_seen, and returns those that match, up to $11,
 	// and the last one it read (last), matched or not, for the cursor of
-	// a page the filters left short. The window and the sorts keep the
-	// walk's order, so the statement stops once it has $11 rows.
+	// a page the filters left short. The window and the outer ORDER BY
+	// take the walk's order as it comes (withIndexOrder), so the
+	// statement stops reading once it has $11 rows.
 	searchReceipts = `SELECT ` + receiptColumns + `, matched, rn = $5 FROM (
 		SELECT *, row_number() OVER (ORDER BY first_seen DESC, source DESC, request_id DESC) AS rn,
 			` + receiptsMatch + ` AS matched
