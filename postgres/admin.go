@@ -48,49 +48,6 @@ func notFound(err error) error {
 	return unavailable(err)
 }
 
-// Outbox returns the pending entries of target (forward.Target's empty
-// fields for all), without bodies, in outbox order.
-func (s *Store) Outbox(ctx context.Context, target forward.Target) ([]forward.Entry, error) {
-	return s.entries(ctx, listOutbox, target, false)
-}
-
-// DeadLetters returns the dead letters of target (empty fields as in
-// Outbox), without bodies.
-func (s *Store) DeadLetters(ctx context.Context, target forward.Target) ([]forward.Entry, error) {
-	return s.entries(ctx, listDeadLetters, target, true)
-}
-
-func (s *Store) entries(ctx context.Context, sql string, target forward.Target, dead bool) ([]forward.Entry, error) {
-	if err := s.available(); err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, sql, target.Source, target.Route)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	defer rows.Close()
-	entries := []forward.Entry{}
-	for rows.Next() {
-		var e forward.Entry
-		if dead {
-			var deadAt time.Time
-			var lost bool
-			if e, err = scanEntry(rows, &deadAt, &lost); err != nil {
-				return nil, unavailable(err)
-			}
-			deadAt = deadAt.UTC()
-			e.DeadAt, e.BodyLost = &deadAt, lost
-		} else if e, err = scanEntry(rows); err != nil {
-			return nil, unavailable(err)
-		}
-		entries = append(entries, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, unavailable(err)
-	}
-	return entries, nil
-}
-
 // RetryDeadLetter puts a dead letter of target back into the outbox with
 // its attempts reset.
 func (s *Store) RetryDeadLetter(ctx context.Context, target forward.Target, requestID string) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/postgres/pgtest"
+	"github.com/webhookd/webhookd/storage"
 )
 
 // benchRoutes are the routes of the benchmarks' deliveries: the first one,
@@ -106,5 +107,78 @@ func forwardAll(b *testing.B, s *Store, target forward.Target) {
 			})
 		}
 		wg.Wait()
+	}
+}
+
+// fill runs sql, which inserts $1 rows, with n.
+func fill(b *testing.B, s *Store, sql string, n int) {
+	b.Helper()
+	if _, err := s.pool.Exec(ctx, sql, n); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkSearchReceipts measures a page of 100 receipts of a search
+// over 100,000, every source's and one source's, from a cursor deep in
+// them. An op is one page.
+func BenchmarkSearchReceipts(b *testing.B) {
+	s := openBench(b)
+	fill(b, s, `INSERT INTO webhookd_receipts (source, request_id, resource, version, decision, duplicate_decision,
+			ordering_decision, latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries,
+			unrouted, routes, expires_at)
+		SELECT CASE WHEN i % 10 = 0 THEN 'shipping' ELSE 'billing' END, 'req-' || i, 'res-' || (i % 1000), '1',
+			'accepted', 'new', 'first', '', 'sha', now() - i * interval '1 ms', now(), 1, '[]', false,
+			'{"default": {"position": 0, "state": "delivered", "attempts": 1}}', now() + interval '1 day'
+		FROM generate_series(1, $1::integer) AS i`, 100_000)
+	for _, source := range []string{"", "shipping"} {
+		b.Run("source="+source, func(b *testing.B) {
+			first, next, err := s.Receipts(ctx, storage.ReceiptQuery{Source: source, Page: storage.Page{Limit: 5000}})
+			if err != nil || len(first) == 0 || next == "" {
+				b.Fatalf("%d receipts, next %q, %v", len(first), next, err)
+			}
+			q := storage.ReceiptQuery{Source: source, Page: storage.Page{Cursor: next}}
+			for b.Loop() {
+				if items, _, err := s.Receipts(ctx, q); err != nil || len(items) != storage.DefaultLimit {
+					b.Fatalf("%d receipts, %v", len(items), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRetryDeadLetters measures bulk retry in pages of the largest
+// size. An op is one dead letter retried.
+func BenchmarkRetryDeadLetters(b *testing.B) {
+	s := openBench(b)
+	const receipt = `INSERT INTO webhookd_receipts (source, request_id, resource, version, decision, duplicate_decision,
+			ordering_decision, latest_version_at_decision, payload_sha256, first_seen, last_seen, attempts, deliveries,
+			unrouted, routes, expires_at)
+		SELECT 'billing', 'req-' || i, 'res-' || i, '', 'accepted', 'new', 'first', '', 'sha',
+			'2026-01-01'::timestamptz + i * interval '1 ms', now(), 1, '[]', false,
+			'{"default": {"position": 0, "state": "dead", "attempts": 1}}', 'infinity'
+		FROM generate_series(1, $1::integer) AS i`
+	const dead = `INSERT INTO webhookd_dead_letters (source, route, request_id, resource, version, content_type, headers,
+			created_at, attempts, next_attempt_at, last_status, last_error, dead_at, body)
+		SELECT 'billing', 'default', 'req-' || i, 'res-' || i, '', 'application/json', '{}',
+			'2026-01-01'::timestamptz + i * interval '1 ms', 1, now(), 400, '', now(), '{"pad":"` + "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" + `"}'
+		FROM generate_series(1, $1::integer) AS i`
+	fill(b, s, receipt, b.N)
+	fill(b, s, dead, b.N)
+	b.ResetTimer()
+	var page storage.Page
+	page.Limit = storage.MaxLimit
+	done := 0
+	for {
+		res, err := s.RetryDeadLetters(ctx, storage.DeadLetterQuery{Target: target}, page)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done += res.Done
+		if page.Cursor = res.Next; page.Cursor == "" {
+			break
+		}
+	}
+	if done != b.N {
+		b.Fatalf("retried %d of %d", done, b.N)
 	}
 }

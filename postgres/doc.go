@@ -48,6 +48,40 @@
 // each other's; repairs, which hold the receipt locked, merge whole route
 // statuses. Dead letters are keyed (source, route, request_id).
 //
+// Each route's send state (forward.RouteState: its pause, its breaker,
+// its rate budget) is a row of webhookd_routes. Grant, Release and Report
+// each lock the route's row (made first, with the zero state, for a route
+// that has none), apply the pure rule of their name with the store's
+// clock, and write the state back if it changed, in one transaction; Pause
+// writes its one column. Every replica's calls on a route take turns on
+// that row: N replicas draw on one token bucket, and one of them holds
+// the probe of a half-open route. The bucket holds exactly at the
+// database: over any T seconds a route's grants total at most Burst +
+// Limit·T, whatever the number of replicas. The downstream sees that
+// bound shifted by the time between a grant and its request starting (a
+// claim, milliseconds) and by what the replicas' clocks disagree on: the
+// bucket's time only moves forward, so a replica whose clock lags refills
+// nothing and the leading clock sets the pace. Tokens granted and not used
+// (fewer due entries than granted) are released; a replica that dies
+// holding granted tokens loses them, which slows the route until the
+// bucket refills and never speeds it. A call that changes nothing (a
+// grant to a closed route without a rate) writes nothing; under a rate,
+// each claim of each replica writes the route's row once.
+//
+// Lists page by keyset and opaque cursors (base64 of the JSON of the last
+// key a page covered): the outbox by seq, dead letters by their key.
+// Receipts are searched newest first by an index on first_seen, of every
+// source or of one (first_seen, source, request_id descending); one
+// statement walks at most storage.MaxExamined receipts from the cursor,
+// filters them (decision, resource, and each route's status in the routes
+// object) and returns the first matches and the last receipt it read, the
+// cursor of a page the filters left short. Bulk retries and discards take
+// dead letters oldest accepted first by an index on created_at, a page a
+// transaction: it locks the page's receipts, then its dead letters, then
+// the latest versions its retries check, each set in key order, as a
+// single repair does, and writes the page's entries and payloads as
+// arrays.
+//
 // Times are the store's clock (Now), passed to every statement, never the
 // database's: expiry and leases follow one clock, and tests move it by
 // hand. PostgreSQL keeps microseconds, so Decide truncates a delivery's
@@ -61,7 +95,11 @@
 // would run as a scan of the table. The claim is the exception: it is
 // planned generically, in a transaction of its own (withGenericPlans), as
 // its generic plan is the ordered walk of the due index that stops at the
-// limit. webhookd's cost does not depend on
+// limit. A list's page is planned with sorts disabled (withIndexOrder),
+// so that it walks its index from the cursor and stops at its limit,
+// where the planner, guessing few rows after the cursor on tables never
+// analyzed, would fetch all of them and sort. webhookd's cost does not
+// depend on
 // whether or when its tables were analyzed, and it runs no ANALYZE or
 // VACUUM of its own; with autovacuum off, Open warns once.
 //

@@ -2,11 +2,13 @@ package postgres
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -245,14 +247,19 @@ func TestPlansWithoutStatistics(t *testing.T) {
 			next_attempt_at)
 		SELECT 'billing', 'r' || (i % 3), 'req-' || i, 'sub-' || (i % 5000), '1', '', '{}', now(), now() - interval '1 hour'
 		FROM generate_series(1, 20000) AS i`,
+		`INSERT INTO webhookd_dead_letters (source, route, request_id, resource, version, content_type, headers,
+			created_at, attempts, next_attempt_at, last_status, last_error, dead_at, body)
+		SELECT 'billing', 'r' || (i % 3), 'req-' || i, 'sub-' || (i % 5000), '1', '', '{}',
+			now() - i * interval '1 ms', 1, now(), 400, '', now(), ''
+		FROM generate_series(1, 20000) AS i`,
 	} {
 		if _, err := s.pool.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sources, ids, resources := make([]string, 64), make([]string, 64), make([]string, 64)
+	sources, ids, resources, routes := make([]string, 64), make([]string, 64), make([]string, 64), make([]string, 64)
 	for i := range sources {
-		sources[i], ids[i], resources[i] = "billing", fmt.Sprint("req-", i*300), fmt.Sprint("sub-", i*300)
+		sources[i], ids[i], resources[i], routes[i] = "billing", fmt.Sprint("req-", i*300), fmt.Sprint("sub-", i*300), fmt.Sprint("r", i*300%3)
 	}
 	now := time.Now()
 	for _, tt := range []struct {
@@ -267,6 +274,9 @@ func TestPlansWithoutStatistics(t *testing.T) {
 		// may join them either way, as the table's size says.
 		{"expireReceipts", expireReceipts, []any{now, 1000}, "Filter: (expires_at <=", "webhookd_receipts_expires_at"},
 		{"expirePayloads", expirePayloads, []any{now, 1000}, "Filter: (expires_at <=", "webhookd_payloads_expires_at"},
+		{"lockReceipts", lockReceipts, []any{sources, ids, now}, "Seq Scan on webhookd_receipts", "webhookd_receipts_pkey"},
+		{"lockDeadLetters", lockDeadLetters, []any{sources, routes, ids, true}, "Seq Scan on webhookd_dead_letters", "webhookd_dead_letters_pkey"},
+		{"lockLatests", lockLatests, []any{sources, resources}, "Seq Scan on webhookd_latest", "webhookd_latest_pkey"},
 	} {
 		rows, err := s.pool.Query(ctx, "EXPLAIN "+tt.sql, tt.args...)
 		if err != nil {
@@ -278,6 +288,71 @@ func TestPlansWithoutStatistics(t *testing.T) {
 		}
 		if plan := strings.Join(lines, "\n"); strings.Contains(plan, tt.avoid) || !strings.Contains(plan, tt.want) {
 			t.Errorf("%s: want %q in the plan and no %q:\n%s", tt.name, tt.want, tt.avoid, plan)
+		}
+	}
+
+	// A page of a list, planned as withIndexOrder plans it, walks an
+	// index from its cursor in the list's order, and stops at its limit,
+	// rather than fetch every row after the cursor and sort them.
+	inf := pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	negInf := pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	for _, tt := range []struct {
+		name, sql string
+		args      []any
+		want      string
+	}{
+		{"searchReceipts", searchReceipts, []any{inf, "", "", negInf, 10000, now, "", "", "r0", "dead", 101},
+			"Index Scan Backward using webhookd_receipts_seen"},
+		{"searchSourceReceipts", searchSourceReceipts, []any{inf, "billing", "", negInf, 10000, now, "accepted", "", "", "", 101},
+			"Index Scan Backward using webhookd_receipts_source_seen"},
+		{"listOutbox", listOutbox, []any{"billing", "r1", 5000, 101}, "Index Scan using webhookd_outbox_pkey"},
+		{"listDeadLetters", listDeadLetters, []any{"billing", "", "billing", "r1", "req-1", 101}, "Index Scan using webhookd_dead_letters_pkey"},
+		{"pageDeadLetters", pageDeadLetters, []any{"billing", "r2", negInf, "", "", "", negInf, inf, 1001},
+			"Index Scan using webhookd_dead_letters_created"},
+	} {
+		err := withIndexOrder(ctx, s.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "EXPLAIN "+tt.sql, tt.args...)
+			if err != nil {
+				return err
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if plan := strings.Join(lines, "\n"); err == nil && (strings.Contains(plan, "Sort") || !strings.Contains(plan, tt.want)) {
+				t.Errorf("%s: want %q and no sort:\n%s", tt.name, tt.want, plan)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+	}
+
+	// A bulk page's writes over its key arrays, planned as bulkPlanning
+	// plans them, look each key up by the primary key.
+	times := slices.Repeat([]time.Time{now}, len(ids))
+	for _, tt := range []struct {
+		name, sql string
+		args      []any
+		table     string
+	}{
+		{"deleteDeadLetters", deleteDeadLetters, []any{sources, routes, ids}, "webhookd_dead_letters"},
+		{"mergeManyRoutes", mergeManyRoutes, []any{sources, ids, times, ids}, "webhookd_receipts"},
+	} {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := bulkPlanning(ctx, tx); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN "+tt.sql, tt.args...)
+			if err != nil {
+				return err
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if plan := strings.Join(lines, "\n"); err == nil && (strings.Contains(plan, "Seq Scan on "+tt.table) || !strings.Contains(plan, tt.table+"_pkey")) {
+				t.Errorf("%s: want lookups by %s_pkey and no scan of the table:\n%s", tt.name, tt.table, plan)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
 		}
 	}
 

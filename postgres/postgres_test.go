@@ -21,6 +21,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/postgres/pgtest"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store/storetest"
 )
 
@@ -79,7 +80,7 @@ func TestReplicasAcceptOnce(t *testing.T) {
 	if err != nil || r.Attempts != 150 {
 		t.Errorf("receipt %+v, %v; want 150 deliveries counted", r, err)
 	}
-	if entries, _ := stores[1].Outbox(ctx, forward.Target{}); len(entries) != 1 {
+	if entries, _, _ := stores[1].Outbox(ctx, forward.Target{}, storage.Page{}); len(entries) != 1 {
 		t.Errorf("outbox holds %d entries, want 1", len(entries))
 	}
 }
@@ -102,7 +103,7 @@ func TestReplicasNeverMoveBackwards(t *testing.T) {
 	if err != nil || l.Order != 90 {
 		t.Fatalf("latest %+v, %v; want 90", l, err)
 	}
-	entries, _ := stores[0].Outbox(ctx, target)
+	entries, _, _ := stores[0].Outbox(ctx, target, storage.Page{})
 	last := uint64(0)
 	for _, e := range entries {
 		v, _ := strconv.ParseUint(e.Version, 10, 64)

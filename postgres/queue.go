@@ -68,6 +68,21 @@ func withGenericPlans(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) e
 	})
 }
 
+// withIndexOrder runs fn in a transaction whose statements read rows in
+// the order an index keeps them rather than sort them. A page of a list
+// needs it: it walks an index from its cursor and stops at its limit,
+// but on tables never analyzed the planner guesses that few rows follow
+// the cursor, and plans to fetch all of them and sort, which costs a scan
+// of everything after the cursor for every page.
+func withIndexOrder(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, noSorts); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
 func scanClaims(rows pgx.Rows, owner string, until time.Time) ([]forward.Claim, error) {
 	defer rows.Close()
 	var claims []forward.Claim

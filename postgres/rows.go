@@ -80,14 +80,14 @@ func decodeRoutes(b []byte, r *dedupe.Receipt) error {
 	return nil
 }
 
-// scanReceipt reads receiptColumns.
-func scanReceipt(row pgx.Row) (*dedupe.Receipt, error) {
+// scanReceipt reads receiptColumns, then what follows into more.
+func scanReceipt(row pgx.Row, more ...any) (*dedupe.Receipt, error) {
 	var r dedupe.Receipt
 	var decision, duplicate string
 	var deliveries, routes []byte
-	err := row.Scan(&r.Source, &r.RequestID, &r.Resource, &r.Version, &decision, &duplicate, &r.OrderingDecision,
-		&r.LatestVersionAtDecision, &r.PayloadSHA256, &r.FirstSeen, &r.LastSeen, &r.Attempts, &deliveries,
-		&r.Unrouted, &routes)
+	err := row.Scan(append([]any{&r.Source, &r.RequestID, &r.Resource, &r.Version, &decision, &duplicate,
+		&r.OrderingDecision, &r.LatestVersionAtDecision, &r.PayloadSHA256, &r.FirstSeen, &r.LastSeen, &r.Attempts,
+		&deliveries, &r.Unrouted, &routes}, more...)...)
 	if err != nil {
 		return nil, err
 	}

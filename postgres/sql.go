@@ -124,6 +124,12 @@ const (
 	// forceGenericPlans: see withGenericPlans.
 	forceGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 
+	// noSorts: see withIndexOrder.
+	noSorts = `SET LOCAL enable_sort = off`
+
+	// bulkPlans: see bulkPlanning.
+	bulkPlans = `SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true)`
+
 	// pending counts the outbox by target.
 	pending = `SELECT source, route, count(*) FROM webhookd_outbox GROUP BY source, route`
 
@@ -205,13 +211,6 @@ const (
 
 	// lockReceipt is readReceipt holding the row until commit.
 	lockReceipt = readReceipt + ` FOR UPDATE`
-
-	// listOutbox: $1 source, $2 route, each '' for all.
-	listOutbox = `SELECT seq, ` + entryColumns + ` FROM webhookd_outbox
-	WHERE ($1 = '' OR source = $1) AND ($2 = '' OR route = $2) ORDER BY seq`
-
-	listDeadLetters = `SELECT 0, ` + entryColumns + `, dead_at, body IS NULL FROM webhookd_dead_letters
-	WHERE ($1 = '' OR source = $1) AND ($2 = '' OR route = $2) ORDER BY source, route, request_id`
 
 	countDeadLetters = `SELECT source, route, count(*) FROM webhookd_dead_letters GROUP BY source, route`
 

@@ -9,7 +9,8 @@ import (
 )
 
 // tables are webhookd's tables that change after they are written.
-var tables = []string{"webhookd_receipts", "webhookd_latest", "webhookd_payloads", "webhookd_outbox", "webhookd_dead_letters"}
+var tables = []string{"webhookd_receipts", "webhookd_latest", "webhookd_payloads", "webhookd_outbox", "webhookd_dead_letters",
+	"webhookd_routes"}
 
 // autovacuumOff names those of the tables ($1) autovacuum leaves alone:
 // it is off for the server, or for the table (autovacuum_enabled in its
@@ -44,7 +45,7 @@ func (s *Store) warnAutovacuum(ctx context.Context) {
 	}
 	s.Logger.Warn("autovacuum is off for webhookd's tables: the space of their deleted and updated rows "+
 		"(every forwarded outbox entry, every receipt a redelivery or a forward result updates, "+
-		"every receipt and payload expired) is never reused, so the tables and their indexes only grow. "+
+		"every receipt and payload expired, every change of a route's state) is never reused, so the tables and their indexes only grow. "+
 		"webhookd's statements do not depend on table statistics, so its speed holds, but it does not vacuum: "+
 		"schedule VACUUM (ANALYZE) of these tables, or turn autovacuum on for them",
 		zap.String("tables", strings.Join(off, ", ")))

@@ -31,6 +31,10 @@ CREATE TABLE webhookd_receipts (
     PRIMARY KEY (source, request_id)
 );
 CREATE INDEX webhookd_receipts_expires_at ON webhookd_receipts (expires_at);
+-- Receipt search walks one of these newest first, from a keyset cursor:
+-- every receipt, or one source's.
+CREATE INDEX webhookd_receipts_seen ON webhookd_receipts (first_seen, source, request_id);
+CREATE INDEX webhookd_receipts_source_seen ON webhookd_receipts (source, first_seen, request_id);
 
 -- Latest accepted version of each resource; never expires. ord is the
 -- version's unsigned 64-bit order with its top bit flipped, so that bigint
@@ -113,4 +117,24 @@ CREATE TABLE webhookd_dead_letters (
     -- The lease token of the claim that buried it, as in webhookd_receipts.
     token           bigint,
     PRIMARY KEY (source, route, request_id)
+);
+-- Bulk retry and discard take dead letters oldest accepted first.
+CREATE INDEX webhookd_dead_letters_created ON webhookd_dead_letters (created_at, source, route, request_id);
+
+-- The state of each route's sends (forward.RouteState), shared by every
+-- replica: its pause, its breaker and its rate budget. A route without a
+-- row is closed, not paused, with a full bucket; a zero time is NULL.
+CREATE TABLE webhookd_routes (
+    source      text             NOT NULL,
+    route       text             NOT NULL,
+    paused      boolean          NOT NULL DEFAULT false,
+    circuit     text             NOT NULL DEFAULT '',
+    failures    integer          NOT NULL DEFAULT 0,
+    opens       integer          NOT NULL DEFAULT 0,
+    open_until  timestamptz,
+    probe       text             NOT NULL DEFAULT '',
+    probe_until timestamptz,
+    tokens      double precision NOT NULL DEFAULT 0,
+    tokens_at   timestamptz,
+    PRIMARY KEY (source, route)
 );
