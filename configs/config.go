@@ -241,9 +241,9 @@ type Breaker struct {
 // and long next to a restart's blip, and five minutes bounds the wait
 // after the downstream comes back.
 const (
-	DefaultBreakerFailures    = 5
-	DefaultBreakerCooldown    = 10 * time.Second
-	DefaultBreakerMaxCooldown = 5 * time.Minute
+	defaultBreakerFailures    = 5
+	defaultBreakerCooldown    = 10 * time.Second
+	defaultBreakerMaxCooldown = 5 * time.Minute
 )
 
 // ForwardBreaker returns the route's breaker as the forwarder takes it;
@@ -493,9 +493,9 @@ func (s *Source) setDefaults(maxBody int) {
 			setDefault(&f.Burst, defaultBurst(limit))
 		}
 		if b := &f.Breaker; !b.Off {
-			setDefault(&b.Failures, DefaultBreakerFailures)
-			setDefault(&b.Cooldown, DefaultBreakerCooldown)
-			setDefault(&b.MaxCooldown, max(DefaultBreakerMaxCooldown, b.Cooldown))
+			setDefault(&b.Failures, defaultBreakerFailures)
+			setDefault(&b.Cooldown, defaultBreakerCooldown)
+			setDefault(&b.MaxCooldown, max(defaultBreakerMaxCooldown, b.Cooldown))
 		}
 	}
 }
