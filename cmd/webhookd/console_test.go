@@ -137,16 +137,19 @@ sources:
         filter: 'body.type.startsWith("invoice.")'
         max_attempts: 1
         backoff: { initial: 10ms, max: 10ms }
+        breaker: { off: true }
       - name: crm
         url: %q
         filter: 'body.type.startsWith("customer.")'
         max_attempts: 1
         backoff: { initial: 10ms, max: 10ms }
+        breaker: { off: true }
       - name: analytics
         url: %q
         filter: 'body.type != "ping"'
         max_attempts: 1
         backoff: { initial: 10ms, max: 10ms }
+        breaker: { off: true }
   - name: audit
     request_id: header:Idempotency-Key
 `, storage, adminToken, down, down, up)
