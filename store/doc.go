@@ -6,8 +6,8 @@
 // in arrival order, synced once; a later operation sees the earlier ones'
 // writes, and one that fails fails alone. After a failed commit the store
 // refuses everything until it is opened again. Lanes and claims of the
-// outbox live in memory (queue.go): this process is the directory's only
-// writer.
+// outbox live in memory (queue.go), and pages of the outbox are read
+// from them: this process is the directory's only writer.
 //
 // Keys (names, routes and request IDs never contain a NUL byte):
 //
@@ -17,6 +17,18 @@
 //	p<source>\x00<request_id>  payload: the entry of the first route enqueued, with the body every route's entry shares; expires with the receipt
 //	d<source>\x00<route>\x00<request_id>  dead letter with its body, until retried or discarded
 //	f<source>\x00<request_id>\x00<first_seen><route>  forward status of one route once settled
+//	t<first_seen><source>\x00<request_id>  index of receipts by time, empty, expires with its receipt
+//	s<source>\x00<first_seen><request_id>  index of a source's receipts by time, likewise
+//	c<source>\x00<route>      a paused route, until resumed
+//
+// Times in keys are Unix seconds and nanoseconds, big-endian, so that keys
+// sort by time. A receipt search reads an index backwards, newest first,
+// and the receipt of each key; the index keys are written with the
+// receipt at every delivery, so that they expire with it. Dead letters
+// are retried and discarded in bulk in the order they were accepted, which
+// their keys do not hold: a bulk page reads the metadata of every dead
+// letter of its target and keeps the first ones in memory. The routes'
+// breakers and rate budgets live in memory (control.go).
 //
 // A body is written once, in the payload key, however many routes the
 // delivery has, as the outbox entries are rewritten at every retry. The

@@ -1,10 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -12,6 +12,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -139,50 +140,88 @@ func (s *Store) Pending(ctx context.Context) (map[forward.Target]int, error) {
 	return s.queue.pending(), nil
 }
 
-// Outbox returns the pending entries of target, without bodies.
-func (s *Store) Outbox(ctx context.Context, target forward.Target) ([]forward.Entry, error) {
-	var entries []forward.Entry
-	if err := s.scan([]byte{prefixOutbox}, &entries); err != nil {
-		return nil, err
+// Outbox returns a page of the pending entries of target, without
+// bodies. It reads the queue, which holds every committed entry.
+func (s *Store) Outbox(ctx context.Context, target forward.Target, page storage.Page) ([]forward.Entry, string, error) {
+	var after uint64
+	if page.Cursor != "" {
+		pos, err := decodeCursor(cursorOutbox, page.Cursor)
+		if err != nil || len(pos) != 8 {
+			return nil, "", badCursor()
+		}
+		after = binary.BigEndian.Uint64(pos)
 	}
-	return inTarget(entries, target), nil
+	if err := s.readable(); err != nil {
+		return nil, "", err
+	}
+	entries, more := s.queue.page(target, after, page.Size())
+	if !more {
+		return entries, "", nil
+	}
+	return entries, encodeCursor(cursorOutbox, binary.BigEndian.AppendUint64(nil, entries[len(entries)-1].Seq)), nil
 }
 
-// DeadLetters returns the dead letters of target, without bodies.
-func (s *Store) DeadLetters(ctx context.Context, target forward.Target) ([]forward.Entry, error) {
-	var entries []forward.Entry
-	if err := s.scan(targetPrefix(prefixDead, target), &entries); err != nil {
-		return nil, err
+// DeadLetters returns a page of the dead letters of target, without
+// bodies, in key order: source, route, request ID. The cursor is the last
+// key listed.
+func (s *Store) DeadLetters(ctx context.Context, target forward.Target, page storage.Page) ([]forward.Entry, string, error) {
+	prefix := targetPrefix(prefixDead, target)
+	from := prefix
+	if page.Cursor != "" {
+		last, err := decodeCursor(cursorDead, page.Cursor)
+		if err != nil || !bytes.HasPrefix(last, prefix) {
+			return nil, "", badCursor()
+		}
+		from = append(last, 0) // the first key after it
 	}
-	return inTarget(entries, target), nil
-}
-
-// inTarget keeps the entries of target: of its route, unless empty, of
-// its source, unless empty.
-func inTarget(entries []forward.Entry, target forward.Target) []forward.Entry {
-	return slices.DeleteFunc(entries, func(e forward.Entry) bool {
-		return target.Source != "" && e.Source != target.Source || target.Route != "" && e.Route != target.Route
+	limit := page.Size()
+	var entries []forward.Entry
+	var next string
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: min(limit, 256)})
+		defer it.Close()
+		var last []byte
+		for it.Seek(from); it.Valid(); it.Next() {
+			if len(entries) == limit {
+				next = encodeCursor(cursorDead, last)
+				return nil
+			}
+			e, err := decodeItem(it.Item())
+			if err != nil {
+				return err
+			}
+			entries = append(entries, e)
+			last = it.Item().KeyCopy(last[:0])
+		}
+		return nil
 	})
+	if err != nil {
+		return nil, "", err
+	}
+	return entries, next, nil
 }
 
-// scan decodes the entries whose keys have prefix, without their bodies.
-func (s *Store) scan(prefix []byte, out *[]forward.Entry) error {
-	return s.view(func(txn *badger.Txn) error { return scanEntries(txn, prefix, out) })
+// decodeItem decodes the entry an iterator is at, without its body.
+func decodeItem(item *badger.Item) (e forward.Entry, err error) {
+	// The iterator holds the value: a Get would search every level again.
+	err = item.Value(func(b []byte) (err error) {
+		e, err = decodeEntryAt(item.Key(), b, false)
+		return err
+	})
+	if err != nil {
+		return e, unavailable(err)
+	}
+	return e, nil
 }
 
+// scanEntries decodes the entries whose keys have prefix, without their bodies.
 func scanEntries(txn *badger.Txn, prefix []byte, out *[]forward.Entry) error {
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
-		// The iterator holds the value: a Get would search every level again.
-		item := it.Item()
-		var e forward.Entry
-		err := item.Value(func(b []byte) (err error) {
-			e, err = decodeEntryAt(item.Key(), b, false)
-			return err
-		})
+		e, err := decodeItem(it.Item())
 		if err != nil {
-			return unavailable(err)
+			return err
 		}
 		*out = append(*out, e)
 	}
@@ -275,58 +314,62 @@ func (s *Store) RetryDeadLetter(ctx context.Context, target forward.Target, requ
 	if err := s.space.refusal(); err != nil {
 		return err
 	}
-	err := s.update(func(t *tx) error {
-		key := deadKey(target, requestID)
-		e, found, err := t.getEntry(key, true)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, requestID)
-		}
-		held, err := t.receiptOf(target.Source, requestID)
-		if err != nil {
-			return err
-		}
-		if err := forward.CanRetry(&e, held); err != nil {
-			return err
-		}
-		if err := t.canResend(&e); err != nil {
-			return err
-		}
-		t.delete(key)
-		return t.requeue(e, []string{e.Route}, s.ReceiptTTL)
-	})
-	if err != nil {
+	if err := s.update(func(t *tx) error { return s.stageRetry(t, target, requestID) }); err != nil {
 		return fmt.Errorf("retry dead letter: %w", err)
 	}
 	return nil
 }
 
+// stageRetry stages the retry of a dead letter, or says why not.
+func (s *Store) stageRetry(t *tx, target forward.Target, requestID string) error {
+	key := deadKey(target, requestID)
+	e, found, err := t.getEntry(key, true)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, requestID)
+	}
+	held, err := t.receiptOf(target.Source, requestID)
+	if err != nil {
+		return err
+	}
+	if err := forward.CanRetry(&e, held); err != nil {
+		return err
+	}
+	if err := t.canResend(&e); err != nil {
+		return err
+	}
+	t.delete(key)
+	return t.requeue(e, []string{e.Route}, s.ReceiptTTL)
+}
+
 // DiscardDeadLetter drops a dead letter of target; its receipt says it was
 // discarded on that route.
 func (s *Store) DiscardDeadLetter(ctx context.Context, target forward.Target, requestID string) error {
-	err := s.update(func(t *tx) error {
-		key := deadKey(target, requestID)
-		e, found, err := t.getEntry(key, false)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, requestID)
-		}
-		t.delete(key)
-		held, err := t.receiptOf(target.Source, requestID)
-		if err != nil {
-			return err
-		}
-		if status, ok := forward.Discarded(&e, held); ok {
-			return t.setForward(&e, status, s.ReceiptTTL)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.update(func(t *tx) error { return s.stageDiscard(t, target, requestID) }); err != nil {
 		return fmt.Errorf("discard dead letter: %w", err)
+	}
+	return nil
+}
+
+// stageDiscard stages the discarding of a dead letter.
+func (s *Store) stageDiscard(t *tx, target forward.Target, requestID string) error {
+	key := deadKey(target, requestID)
+	e, found, err := t.getEntry(key, false)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, requestID)
+	}
+	t.delete(key)
+	held, err := t.receiptOf(target.Source, requestID)
+	if err != nil {
+		return err
+	}
+	if status, ok := forward.Discarded(&e, held); ok {
+		return t.setForward(&e, status, s.ReceiptTTL)
 	}
 	return nil
 }
@@ -409,7 +452,8 @@ func (s *Store) DeadLetterCounts() (map[forward.Target]int, error) {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixDead}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			counts[deadTarget(it.Item().Key())]++
+			tg, _ := deadKeyParts(it.Item().Key())
+			counts[tg]++
 		}
 		return nil
 	})

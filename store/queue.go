@@ -294,6 +294,33 @@ func (q *queue) pending() map[forward.Target]int {
 	return counts
 }
 
+// page returns up to limit of the entries of target (empty fields as in
+// Records.Outbox) after position after, in outbox order, without their
+// bodies, and whether more follow.
+func (q *queue) page(target forward.Target, after uint64, limit int) (entries []forward.Entry, more bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	first := newFirstN(limit, func(a, b *item) int { return compareSeq(a.entry.Seq, b.entry.Seq) })
+	for tg, tq := range q.targets {
+		if target.Source != "" && tg.Source != target.Source || target.Route != "" && tg.Route != target.Route {
+			continue
+		}
+		for _, l := range tq.lanes {
+			for _, it := range l.items {
+				if it.entry.Seq > after {
+					first.add(it)
+				}
+			}
+		}
+	}
+	items, more := first.page()
+	entries = make([]forward.Entry, len(items))
+	for i, it := range items {
+		entries[i] = it.entry
+	}
+	return entries, more
+}
+
 // laneHeap orders lanes by when their head is due, then outbox order. It
 // keeps each head's due time and position beside its lane: a lane's head
 // does not change while the lane waits here, and reading them through the

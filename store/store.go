@@ -29,6 +29,10 @@ const (
 // 64 MiB, and a payload holds the body with its metadata.
 const MaxBody = 32 << 20
 
+// errTooBig fails an operation whose writes do not fit in one Badger
+// transaction.
+var errTooBig = webhookd.Errorf(webhookd.EINVALID, "operation too big for one transaction")
+
 // ErrClosed is returned for operations submitted after Close.
 var ErrClosed = &webhookd.Error{Code: webhookd.EUNAVAILABLE, Message: "store is closed"}
 
@@ -69,6 +73,7 @@ type Store struct {
 	nextSeq uint64       // next outbox position; owned by the writer goroutine
 	latest  *latestCache // owned by the writer goroutine
 	queue   *queue       // the outbox's lanes and claims
+	control control      // the routes' states
 	space   space
 
 	memTableSize int64                   // Badger's default when 0; tests shrink it to force batch splits
@@ -145,6 +150,10 @@ func (s *Store) Open() error {
 	if err := s.loadQueue(); err != nil {
 		db.Close()
 		return fmt.Errorf("read outbox: %w", err)
+	}
+	if err := s.loadControl(); err != nil {
+		db.Close()
+		return fmt.Errorf("read paused routes: %w", err)
 	}
 	s.latest = newLatestCache(latestCacheSize)
 	s.ops = make(chan *op, s.MaxBatch)
@@ -322,7 +331,7 @@ func (s *Store) commit(ops []*op) int {
 				return s.commit(ops[:i])
 			}
 			if errors.Is(err, badger.ErrTxnTooBig) {
-				err = webhookd.Errorf(webhookd.EINVALID, "operation too big for one transaction")
+				err = errTooBig
 			}
 			o.done <- unavailable(err)
 			return 1

@@ -23,6 +23,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store/storetest"
 )
 
@@ -226,13 +227,22 @@ func TestOpenFailsOnALockedDirectory(t *testing.T) {
 	}
 }
 
+// outbox lists every entry of the outbox, page by page.
 func outbox(t *testing.T, s *Store) []forward.Entry {
 	t.Helper()
-	entries, err := s.Outbox(ctx, forward.Target{})
-	if err != nil {
-		t.Fatal(err)
+	var all []forward.Entry
+	page := storage.Page{Limit: storage.MaxLimit}
+	for {
+		entries, next, err := s.Outbox(ctx, forward.Target{}, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, entries...)
+		if next == "" {
+			return all
+		}
+		page.Cursor = next
 	}
-	return entries
 }
 
 func countOutbox(t *testing.T, s *Store) int { return len(outbox(t, s)) }

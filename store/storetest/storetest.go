@@ -71,6 +71,14 @@ func Run(t *testing.T, open Open) {
 		{"ListsByTarget", testListsByTarget},
 		{"RetryAndDiscardByRoute", testRepairsByRoute},
 		{"RedeliverPerRoute", testRedeliverPerRoute},
+		{"RateSharedByOwners", testRateSharedByOwners},
+		{"BreakerSharedByOwners", testBreakerSharedByOwners},
+		{"PausePersists", testPausePersists},
+		{"ReceiptSearch", testReceiptSearch},
+		{"ReceiptSearchAtScale", testReceiptSearchAtScale},
+		{"ListPages", testListPages},
+		{"BulkRepairs", testBulkRepairs},
+		{"BulkRetryAtScale", testBulkRetryAtScale},
 	} {
 		// Each case opens backends on directories of its own, which a
 		// backend that keeps its data elsewhere maps to a database or
@@ -149,6 +157,52 @@ func (f *fixture) delivery(requestID, resource string, version uint64, body stri
 		d.Version, d.VersionOrder = strconv.FormatUint(version, 10), version
 	}
 	return d
+}
+
+// pagedList is Outbox or DeadLetters.
+type pagedList func(context.Context, forward.Target, storage.Page) ([]forward.Entry, string, error)
+
+// listAll pages through a list to its end, limit items a page: every
+// list the cases read goes through the cursors. A page is never longer
+// than the limit, and never repeats an item of an earlier one.
+func listAll(list pagedList, tg forward.Target, limit int) ([]forward.Entry, error) {
+	var all []forward.Entry
+	seen := make(map[string]bool)
+	cursor := ""
+	for {
+		items, next, err := list(ctx, tg, storage.Page{Limit: limit, Cursor: cursor})
+		if err != nil {
+			return all, err
+		}
+		if len(items) > limit {
+			return all, fmt.Errorf("a page of %d items, limit %d", len(items), limit)
+		}
+		for _, e := range items {
+			key := e.Source + "/" + e.Route + "/" + e.RequestID + "/" + strconv.FormatUint(e.Seq, 10)
+			if seen[key] {
+				return all, fmt.Errorf("%s listed twice", key)
+			}
+			seen[key] = true
+		}
+		all = append(all, items...)
+		if next == "" {
+			return all, nil
+		}
+		if len(items) == 0 {
+			return all, errors.New("an empty page with a next cursor")
+		}
+		cursor = next
+	}
+}
+
+// outbox lists target's outbox, three entries a page.
+func (f *fixture) outbox(tg forward.Target) ([]forward.Entry, error) {
+	return listAll(f.b.Outbox, tg, 3)
+}
+
+// deadLetters lists target's dead letters, three a page.
+func (f *fixture) deadLetters(tg forward.Target) ([]forward.Entry, error) {
+	return listAll(f.b.DeadLetters, tg, 3)
 }
 
 func (f *fixture) decide(d webhookd.Delivery) webhookd.Outcome {
@@ -277,7 +331,7 @@ func testDecisionMatrix(t *testing.T, open Open) {
 	wantCode(t, "latest of an unknown resource", err, webhookd.ENOTFOUND)
 	_, err = f.b.Receipt(ctx, source, "never")
 	wantCode(t, "receipt of an unknown request", err, webhookd.ENOTFOUND)
-	entries, err := f.b.Outbox(ctx, forward.Target{Source: source})
+	entries, err := f.outbox(forward.Target{Source: source})
 	if err != nil || len(entries) != 3 {
 		t.Errorf("outbox %+v, %v; want the three accepted", entries, err)
 	}
@@ -315,7 +369,7 @@ func testConcurrentDeliveriesAcceptOnce(t *testing.T, open Open) {
 	if r := f.receipt("req-1"); r.Attempts != 200 {
 		t.Errorf("receipt counts %d deliveries, want 200", r.Attempts)
 	}
-	if entries, _ := f.b.Outbox(ctx, forward.Target{}); len(entries) != 1 {
+	if entries, _ := f.outbox(forward.Target{}); len(entries) != 1 {
 		t.Errorf("outbox holds %d entries, want 1", len(entries))
 	}
 }
@@ -345,7 +399,7 @@ func testConcurrentVersions(t *testing.T, open Open) {
 		t.Fatalf("latest %+v, %v; want version 100", l, err)
 	}
 	// Accepted versions are the outbox's lane, in order.
-	entries, err := f.b.Outbox(ctx, forward.Target{Source: source})
+	entries, err := f.outbox(forward.Target{Source: source})
 	if err != nil || len(entries) != len(accepted) {
 		t.Fatalf("outbox %d entries, %v; %d accepted", len(entries), err, len(accepted))
 	}
@@ -451,7 +505,7 @@ func testFailedCommitWritesNothing(t *testing.T, open Open) {
 	if l, err := f.b.Latest(ctx, source, "sub"); err != nil || l.Version != "1" {
 		t.Errorf("latest after the failed decision: %+v, %v; want 1", l, err)
 	}
-	if entries, err := f.b.Outbox(ctx, forward.Target{Source: source}); err != nil || len(entries) != 1 || entries[0].RequestID != "before" {
+	if entries, err := f.outbox(forward.Target{Source: source}); err != nil || len(entries) != 1 || entries[0].RequestID != "before" {
 		t.Errorf("outbox after the failed decision: %+v, %v", entries, err)
 	}
 	f.accept("lost", "sub", 2)
@@ -601,7 +655,7 @@ func testLeaseExpiry(t *testing.T, open Open) {
 	c := f.claim("c", 1, time.Second)
 	f.clock.Advance(time.Hour)
 	f.settle(c[0], webhookd.ForwardDelivered)
-	if entries, _ := f.b.Outbox(ctx, forward.Target{}); len(entries) != 0 {
+	if entries, _ := f.outbox(forward.Target{}); len(entries) != 0 {
 		t.Errorf("outbox holds %d entries", len(entries))
 	}
 }
@@ -622,8 +676,8 @@ func testSettleIdempotent(t *testing.T, open Open) {
 			t.Errorf("%s: %+v, want %s after one attempt", c.RequestID, st, states[i])
 		}
 	}
-	entries, _ := f.b.Outbox(ctx, forward.Target{})
-	dead, _ := f.b.DeadLetters(ctx, forward.Target{})
+	entries, _ := f.outbox(forward.Target{})
+	dead, _ := f.deadLetters(forward.Target{})
 	if len(entries) != 1 || entries[0].RequestID != "req-2" || entries[0].Attempts != 1 || len(dead) != 1 || dead[0].RequestID != "req-3" {
 		t.Errorf("outbox %+v, dead letters %+v", entries, dead)
 	}
@@ -652,7 +706,7 @@ func testPayloadGone(t *testing.T, open Open) {
 	if err := f.b.Settle(ctx, c, forward.Result{State: webhookd.ForwardDead, Error: "payload expired", At: f.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	dead, err := f.b.DeadLetters(ctx, target)
+	dead, err := f.deadLetters(target)
 	if err != nil || len(dead) != 1 || !dead[0].BodyLost {
 		t.Fatalf("dead letters %+v, %v; want one with its body lost", dead, err)
 	}
@@ -698,7 +752,7 @@ func testPayloadExpiresWhileWaiting(t *testing.T, open Open) {
 	if err := f.b.Settle(ctx, claims[0], forward.Result{State: webhookd.ForwardDead, Error: "payload expired", At: f.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if dead, err := f.b.DeadLetters(ctx, target); err != nil || len(dead) != 1 || !dead[0].BodyLost {
+	if dead, err := f.deadLetters(target); err != nil || len(dead) != 1 || !dead[0].BodyLost {
 		t.Errorf("dead letters %+v, %v; want one with its body lost", dead, err)
 	}
 }
@@ -817,7 +871,7 @@ func testRepairs(t *testing.T, open Open) {
 	if st := f.status("v2", route); st.State != webhookd.ForwardDiscarded || st.Attempts != 1 {
 		t.Errorf("after discard: %+v", st)
 	}
-	if dead, _ := f.b.DeadLetters(ctx, forward.Target{}); len(dead) != 0 {
+	if dead, _ := f.deadLetters(forward.Target{}); len(dead) != 0 {
 		t.Errorf("dead letters after discard: %+v", dead)
 	}
 	// Discarding ends the attempts only: the receipt keeps the payload, and
@@ -845,7 +899,7 @@ func testDurable(t *testing.T, open Open) {
 	if l, err := f.b.Latest(ctx, source, "sub"); err != nil || l.Version != "2" {
 		t.Errorf("latest after reopen: %+v, %v", l, err)
 	}
-	if dead, _ := f.b.DeadLetters(ctx, forward.Target{}); len(dead) != 1 || dead[0].RequestID != "x" {
+	if dead, _ := f.deadLetters(forward.Target{}); len(dead) != 1 || dead[0].RequestID != "x" {
 		t.Errorf("dead letters after reopen: %+v", dead)
 	}
 	// Reopening ends every claim.
@@ -991,7 +1045,7 @@ func testFanOut(t *testing.T, open Open) {
 	f.cfg.FailCommit = fail.Load
 	f.reopen()
 	f.acceptOn("both", "sub", 1, "a", "b")
-	entries, err := f.b.Outbox(ctx, forward.Target{Source: source})
+	entries, err := f.outbox(forward.Target{Source: source})
 	if got := routed(entries); err != nil || !slices.Equal(got, []string{"a/both", "b/both"}) {
 		t.Fatalf("outbox %v, %v; want an entry of both on a, then b", got, err)
 	}
@@ -1017,7 +1071,7 @@ func testFanOut(t *testing.T, open Open) {
 	f.reopen()
 	_, err = f.b.Receipt(ctx, source, "lost")
 	wantCode(t, "receipt of the failed decision", err, webhookd.ENOTFOUND)
-	entries, err = f.b.Outbox(ctx, forward.Target{})
+	entries, err = f.outbox(forward.Target{})
 	if got := routed(entries); err != nil || !slices.Equal(got, []string{"a/both", "b/both"}) {
 		t.Errorf("outbox after the failed decision: %v, %v; want both's entries only", got, err)
 	}
@@ -1073,7 +1127,7 @@ func testUnrouted(t *testing.T, open Open) {
 	if r := f.receipt("nowhere"); !r.Unrouted || len(r.Routes) != 0 {
 		t.Errorf("receipt routes %+v, unrouted %v; want routed nowhere", r.Routes, r.Unrouted)
 	}
-	if entries, err := f.b.Outbox(ctx, forward.Target{}); err != nil || len(entries) != 0 {
+	if entries, err := f.outbox(forward.Target{}); err != nil || len(entries) != 0 {
 		t.Errorf("outbox %+v, %v; want empty", entries, err)
 	}
 	if n, err := f.b.Pending(ctx); err != nil || len(n) != 0 {
@@ -1145,10 +1199,10 @@ func testDeadLetterPerRoute(t *testing.T, open Open) {
 	}
 	f.wantStates("v1", "v1", webhookd.ForwardDelivered, webhookd.ForwardDead)
 	f.wantStates("v2", "v2", webhookd.ForwardDelivered, webhookd.ForwardDelivered)
-	if dead, err := f.b.DeadLetters(ctx, forward.Target{Source: source}); err != nil || !slices.Equal(routed(dead), []string{"b/v1"}) {
+	if dead, err := f.deadLetters(forward.Target{Source: source}); err != nil || !slices.Equal(routed(dead), []string{"b/v1"}) {
 		t.Errorf("dead letters %v, %v; want b's v1", routed(dead), err)
 	}
-	if dead, err := f.b.DeadLetters(ctx, forward.Target{Source: source, Route: "a"}); err != nil || len(dead) != 0 {
+	if dead, err := f.deadLetters(forward.Target{Source: source, Route: "a"}); err != nil || len(dead) != 0 {
 		t.Errorf("dead letters of a: %v, %v; want none", routed(dead), err)
 	}
 }
@@ -1185,9 +1239,9 @@ func testListsByTarget(t *testing.T, open Open) {
 	s := f.delivery("s", "", 0, "s")
 	s.Source, s.Routes = "shipping", []string{"a"}
 	f.decide(s)
-	list := func(what string, get func(context.Context, forward.Target) ([]forward.Entry, error), tg forward.Target, want ...string) {
+	list := func(what string, get pagedList, tg forward.Target, want ...string) {
 		t.Helper()
-		entries, err := get(ctx, tg)
+		entries, err := listAll(get, tg, 2)
 		var got []string
 		for _, e := range entries {
 			got = append(got, e.Source+"/"+e.Route+"/"+e.RequestID)
@@ -1238,7 +1292,7 @@ func testRepairsByRoute(t *testing.T, open Open) {
 		t.Fatalf("retry on a: %v", err)
 	}
 	f.wantStates("retried on a", "r", webhookd.ForwardPending, webhookd.ForwardDead)
-	if dead, err := f.b.DeadLetters(ctx, forward.Target{}); err != nil || !slices.Equal(routed(dead), []string{"b/r"}) {
+	if dead, err := f.deadLetters(forward.Target{}); err != nil || !slices.Equal(routed(dead), []string{"b/r"}) {
 		t.Errorf("dead letters after retrying a's: %v, %v", routed(dead), err)
 	}
 	if got := f.claimOn("a", "w", 10, time.Minute); len(got) != 1 || got[0].Attempts != 0 || string(got[0].Body) != `{"id":"r"}` {
@@ -1254,7 +1308,7 @@ func testRepairsByRoute(t *testing.T, open Open) {
 	if st := f.status("r", "b"); st.Attempts != 1 {
 		t.Errorf("b discarded: %+v, want one attempt", st)
 	}
-	if dead, err := f.b.DeadLetters(ctx, forward.Target{}); err != nil || len(dead) != 0 {
+	if dead, err := f.deadLetters(forward.Target{}); err != nil || len(dead) != 0 {
 		t.Errorf("dead letters after discarding b's: %v, %v", routed(dead), err)
 	}
 }
@@ -1271,7 +1325,7 @@ func testRedeliverPerRoute(t *testing.T, open Open) {
 		t.Fatalf("redeliver on every route: %v", err)
 	}
 	f.wantStates("redelivered while b is pending", "r", webhookd.ForwardPending, webhookd.ForwardPending)
-	if entries, err := f.b.Outbox(ctx, forward.Target{Source: source}); err != nil || !slices.Equal(routed(entries), []string{"b/r", "a/r"}) {
+	if entries, err := f.outbox(forward.Target{Source: source}); err != nil || !slices.Equal(routed(entries), []string{"b/r", "a/r"}) {
 		t.Fatalf("outbox %v, %v; want b's first entry and a's redelivery", routed(entries), err)
 	}
 	for _, rt := range []string{"a", "b"} {
@@ -1290,7 +1344,7 @@ func testRedeliverPerRoute(t *testing.T, open Open) {
 		t.Fatalf("redeliver on every route: %v", err)
 	}
 	f.wantStates("redelivered on every route", "r", webhookd.ForwardPending, webhookd.ForwardPending)
-	if entries, err := f.b.Outbox(ctx, forward.Target{Source: source}); err != nil || !slices.Equal(routed(entries), []string{"a/r", "b/r"}) {
+	if entries, err := f.outbox(forward.Target{Source: source}); err != nil || !slices.Equal(routed(entries), []string{"a/r", "b/r"}) {
 		t.Errorf("outbox %v, %v; want r on a and b", routed(entries), err)
 	}
 	wantCode(t, "redeliver while every route is pending", f.b.Redeliver(ctx, source, "r", ""), webhookd.ECONFLICT)

@@ -1,0 +1,96 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// A page of retries whose bodies do not fit in one Badger transaction is
+// shortened, and the pages that follow retry the rest, in order.
+func TestBulkPageTooBigIsShortened(t *testing.T) {
+	// Badger then takes about 150 KB per transaction.
+	s := openStore(t, t.TempDir(), func(s *Store) { s.memTableSize = 1 << 20 })
+	pad := string(make([]byte, 8<<10))
+	start := time.Now()
+	const n = 40
+	var want []string
+	for i := range n {
+		// Request IDs sort against the order of acceptance.
+		d := delivery(fmt.Sprint("req-", n-i+100), "d", fmt.Sprintf(`{"n":%d,"pad":%q}`, i, pad))
+		d.Resource, d.ReceivedAt = "inv", start.Add(time.Duration(i)*time.Millisecond)
+		mustDecide(t, s, d)
+		want = append(want, d.RequestID)
+	}
+	for range n {
+		c := claimAll(t, s)
+		if len(c) != 1 {
+			t.Fatalf("claimed %d, want the lane's head", len(c))
+		}
+		if err := s.Settle(ctx, c[0], forward.Result{State: webhookd.ForwardDead, Attempts: 1, Status: 400, At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := storage.Page{Limit: n}
+	done, pages := 0, 0
+	for {
+		res, err := s.RetryDeadLetters(ctx, storage.DeadLetterQuery{Target: ledger}, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done, pages = done+res.Done, pages+1
+		if res.Refused != 0 || res.Done == 0 {
+			t.Fatalf("page %d: %+v", pages, res)
+		}
+		if res.Next == "" {
+			break
+		}
+		page.Cursor = res.Next
+	}
+	if done != n || pages < 2 {
+		t.Errorf("retried %d in %d pages, want %d in several", done, pages, n)
+	}
+	var got []string
+	for _, e := range outbox(t, s) {
+		got = append(got, e.RequestID)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("outbox %v, want %v", got, want)
+	}
+}
+
+// The routes' states live in memory but for pauses: a restart closes
+// every breaker and refills every bucket, and keeps every pause.
+func TestRestartKeepsPausesOnly(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	other := forward.Target{Source: "billing", Route: "other"}
+	b := forward.Breaker{Failures: 1, Cooldown: time.Hour, MaxCooldown: time.Hour}
+	if st, counted, err := s.Report(ctx, ledger, false, b); err != nil || counted || st.Circuit != forward.Open {
+		t.Fatalf("report: %+v, counted %v, %v; want it open", st, counted, err)
+	}
+	r := forward.Rate{Limit: 1, Burst: 3}
+	if g, _, err := s.Grant(ctx, "a", other, 3, r, time.Minute); err != nil || g != 3 {
+		t.Fatalf("granted %d, %v", g, err)
+	}
+	if err := s.Pause(ctx, other, true); err != nil {
+		t.Fatal(err)
+	}
+	s = reopened(t, s)
+	if states, err := s.RouteStates(ctx); err != nil || len(states) != 1 || states[other] != (forward.RouteState{Paused: true}) {
+		t.Fatalf("route states after reopening: %+v, %v; want other paused only", states, err)
+	}
+	if g, _, err := s.Grant(ctx, "a", ledger, 5, forward.Rate{}, time.Minute); err != nil || g != 5 {
+		t.Errorf("after reopening, granted %d on a route whose breaker was open, %v", g, err)
+	}
+	if err := s.Pause(ctx, other, false); err != nil {
+		t.Fatal(err)
+	}
+	if g, _, err := s.Grant(ctx, "a", other, 5, r, time.Minute); err != nil || g != 3 {
+		t.Errorf("after reopening and resuming, granted %d of a refilled bucket of 3, %v", g, err)
+	}
+}
