@@ -93,14 +93,14 @@ sources:
   - &a
     name: a
     request_id: json:id
-    routes: [{ <<: [{timeout: 3s}, {max_attempts: 2}], url: "http://x" }]
+    routes: [{ <<: [{timeout: 3s}, {max_attempts: 7}], url: "http://x" }]
   - <<: *a
     name: b
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := cfg.Sources[1].Routes; cfg.Sources[1].Name != "b" || len(r) != 1 || r[0].Timeout != 3*time.Second || r[0].MaxAttempts != 2 {
+	if r := cfg.Sources[1].Routes; cfg.Sources[1].Name != "b" || len(r) != 1 || r[0].Timeout != 3*time.Second || r[0].MaxAttempts != 7 {
 		t.Errorf("merged source = %+v", cfg.Sources[1])
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/filter"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/signature"
 	"github.com/webhookd/webhookd/versioning"
 )
@@ -230,6 +231,71 @@ type Breaker struct {
 	Failures    int           `yaml:"failures"`
 	Cooldown    time.Duration `yaml:"cooldown"`
 	MaxCooldown time.Duration `yaml:"max_cooldown"`
+	// Off turns the breaker off: every failure counts against its entry,
+	// and the route is sent to however often it fails.
+	Off bool `yaml:"off"`
+}
+
+// Breaker defaults: a typical internal service that fails five requests
+// in a row is down, not unlucky; ten seconds is short next to an outage
+// and long next to a restart's blip, and five minutes bounds the wait
+// after the downstream comes back.
+const (
+	DefaultBreakerFailures    = 5
+	DefaultBreakerCooldown    = 10 * time.Second
+	DefaultBreakerMaxCooldown = 5 * time.Minute
+)
+
+// ForwardBreaker returns the route's breaker as the forwarder takes it;
+// its zero value, when the breaker is off, never opens.
+func (r *Route) ForwardBreaker() forward.Breaker {
+	if r.Breaker.Off {
+		return forward.Breaker{}
+	}
+	return forward.Breaker{Failures: r.Breaker.Failures, Cooldown: r.Breaker.Cooldown, MaxCooldown: r.Breaker.MaxCooldown}
+}
+
+// ForwardRate returns the route's rate limit as the forwarder takes it;
+// its zero value, without a rate, is no limit.
+func (r *Route) ForwardRate() forward.Rate {
+	limit, err := parseRate(r.Rate)
+	if err != nil {
+		return forward.Rate{}
+	}
+	return forward.Rate{Limit: limit, Burst: r.Burst}
+}
+
+var rateRe = regexp.MustCompile(`^([0-9]+)/([sm])$`)
+
+// parseRate reads a rate, "N/s" or "N/m", in requests a second; "" is
+// none, 0.
+func parseRate(rate string) (float64, error) {
+	if rate == "" {
+		return 0, nil
+	}
+	m := rateRe.FindStringSubmatch(rate)
+	if m == nil {
+		return 0, fmt.Errorf("must be requests per second or per minute, e.g. 200/s or 50/m (got %s)", rate)
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil || n < 1 || n > maxRate {
+		return 0, fmt.Errorf("must be 1 to %d requests per second or per minute (got %s)", maxRate, rate)
+	}
+	if m[2] == "m" {
+		return float64(n) / 60, nil
+	}
+	return float64(n), nil
+}
+
+// maxRate bounds a rate's count, so that its burst is a sane number.
+const maxRate = 1_000_000
+
+// defaultBurst is a tenth of a second's worth of limit, at least 1: a
+// rate of 200/s starts at most 220 requests in any second, which is what
+// one reads "200/s" to promise, while the forwarder still takes 20 sends
+// at a time, not one.
+func defaultBurst(limit float64) int {
+	return max(1, int(math.Ceil(limit/10)))
 }
 
 // Sign configures signed forwarding.
@@ -423,6 +489,14 @@ func (s *Source) setDefaults(maxBody int) {
 		setDefault(&f.MaxAttempts, 12)
 		setDefault(&f.Backoff.Initial, time.Second)
 		setDefault(&f.Backoff.Max, 10*time.Minute)
+		if limit, err := parseRate(f.Rate); err == nil && limit > 0 {
+			setDefault(&f.Burst, defaultBurst(limit))
+		}
+		if b := &f.Breaker; !b.Off {
+			setDefault(&b.Failures, DefaultBreakerFailures)
+			setDefault(&b.Cooldown, DefaultBreakerCooldown)
+			setDefault(&b.MaxCooldown, max(DefaultBreakerMaxCooldown, b.Cooldown))
+		}
 	}
 }
 
@@ -543,6 +617,13 @@ func (c *Config) Validate() error {
 					add(route+"max_attempts", "retries may take up to %s (attempts × timeout and backoff.max), not less than receipt_ttl %s, which is how long the payload is kept", longest, c.ReceiptTTL)
 				}
 			}
+			if _, err := parseRate(f.Rate); err != nil {
+				add(route+"rate", "%s", err)
+			}
+			if f.Rate == "" && f.Burst != 0 {
+				add(route+"burst", "set without rate")
+			}
+			problems = append(problems, f.breakerProblems(route)...)
 			if f.Sign != nil {
 				if _, err := signature.New(signature.Config{Scheme: signature.StandardWebhooks, Secrets: []string{f.Sign.Secret}}); err != nil {
 					_, msg, _ := strings.Cut(err.Error(), ": ") // it names secrets[0], which is sign.secret here
@@ -555,6 +636,37 @@ func (c *Config) Validate() error {
 		return &ValidationError{Problems: problems}
 	}
 	return nil
+}
+
+// breakerProblems checks the breaker of route r, whose YAML path is path.
+func (r *Route) breakerProblems(path string) []Problem {
+	var problems []Problem
+	add := func(field, format string, args ...any) {
+		problems = append(problems, Problem{Path: path + field, Msg: fmt.Sprintf(format, args...)})
+	}
+	b := r.Breaker
+	if b.Off {
+		if b.Failures != 0 || b.Cooldown != 0 || b.MaxCooldown != 0 {
+			add("breaker.off", "is true, yet breaker.failures, cooldown or max_cooldown is set: remove them, or turn the breaker on")
+		}
+		return problems
+	}
+	if b.Failures < 1 {
+		add("breaker.failures", "must be at least 1 (got %d); breaker.off: true turns the breaker off", b.Failures)
+	}
+	if b.Cooldown <= 0 {
+		add("breaker.cooldown", "must be greater than 0 (got %s)", b.Cooldown)
+	}
+	if b.MaxCooldown < b.Cooldown {
+		add("breaker.max_cooldown", "must not be less than breaker.cooldown (got %s, cooldown %s)", b.MaxCooldown, b.Cooldown)
+	}
+	// The failures before the one that opens the breaker count against
+	// their entries; an entry alone in its route takes them all. With
+	// fewer attempts than that run, it dies before the breaker opens.
+	if b.Failures >= 1 && r.MaxAttempts >= 1 && r.MaxAttempts < b.Failures {
+		add("max_attempts", "is %d, under breaker.failures %d: an entry alone in the route would be dead-lettered before the breaker opens; raise max_attempts, lower breaker.failures, or set breaker.off: true", r.MaxAttempts, b.Failures)
+	}
+	return problems
 }
 
 // ValidationError lists every problem found in a configuration.

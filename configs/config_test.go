@@ -10,6 +10,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/filter"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -391,5 +392,88 @@ sources:
 	}
 	if got := cfg.LargestBody(); got != 25<<20 {
 		t.Errorf("LargestBody = %d, want %d", got, 25<<20)
+	}
+}
+
+// A route's rate reads per second or per minute, its burst defaults to a
+// tenth of a second's worth (at least one), and its breaker to the
+// defaults for an internal service; off turns it off.
+func TestRouteRateAndBreaker(t *testing.T) {
+	cfg, err := Parse([]byte(`sources:
+  - name: a
+    request_id: json:id
+    routes:
+      - { name: plain, url: "http://x" }
+      - { name: fast, url: "http://x", rate: 200/s }
+      - { name: slow, url: "http://x", rate: 50/m }
+      - { name: burst, url: "http://x", rate: 5/s, burst: 30 }
+      - { name: odd, url: "http://x", rate: 15/s }
+      - { name: tuned, url: "http://x", breaker: { failures: 3, cooldown: 1s } }
+      - { name: patient, url: "http://x", breaker: { cooldown: 20m } }
+      - { name: off, url: "http://x", max_attempts: 1, breaker: { off: true } }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := forward.Breaker{Failures: 5, Cooldown: 10 * time.Second, MaxCooldown: 5 * time.Minute}
+	want := map[string]struct {
+		rate    forward.Rate
+		breaker forward.Breaker
+	}{
+		"plain":   {forward.Rate{}, defaults},
+		"fast":    {forward.Rate{Limit: 200, Burst: 20}, defaults},
+		"slow":    {forward.Rate{Limit: 50.0 / 60, Burst: 1}, defaults},
+		"burst":   {forward.Rate{Limit: 5, Burst: 30}, defaults},
+		"odd":     {forward.Rate{Limit: 15, Burst: 2}, defaults},
+		"tuned":   {forward.Rate{}, forward.Breaker{Failures: 3, Cooldown: time.Second, MaxCooldown: 5 * time.Minute}},
+		"patient": {forward.Rate{}, forward.Breaker{Failures: 5, Cooldown: 20 * time.Minute, MaxCooldown: 20 * time.Minute}},
+		"off":     {forward.Rate{}, forward.Breaker{}},
+	}
+	for _, r := range cfg.Sources[0].Routes {
+		w := want[r.Name]
+		if got := r.ForwardRate(); got != w.rate {
+			t.Errorf("%s: rate %+v, want %+v", r.Name, got, w.rate)
+		}
+		if got := r.ForwardBreaker(); got != w.breaker {
+			t.Errorf("%s: breaker %+v, want %+v", r.Name, got, w.breaker)
+		}
+	}
+	if b := cfg.Sources[0].Routes[7].Breaker; b.Failures != 0 || b.Cooldown != 0 {
+		t.Errorf("a breaker that is off was given defaults: %+v", b)
+	}
+}
+
+func TestRouteRateAndBreakerProblems(t *testing.T) {
+	for yaml, want := range map[string]string{
+		`{url: "http://x", rate: 200}`:                                  "sources[0].routes[0].rate: must be requests per second or per minute, e.g. 200/s or 50/m (got 200)",
+		`{url: "http://x", rate: 200/h}`:                                "sources[0].routes[0].rate: must be requests per second or per minute",
+		`{url: "http://x", rate: 1.5/s}`:                                "sources[0].routes[0].rate: must be requests per second or per minute",
+		`{url: "http://x", rate: 0/s}`:                                  "sources[0].routes[0].rate: must be 1 to 1000000 requests per second or per minute (got 0/s)",
+		`{url: "http://x", rate: 99999999999/s}`:                        "sources[0].routes[0].rate: must be 1 to 1000000",
+		`{url: "http://x", burst: 10}`:                                  "sources[0].routes[0].burst: set without rate",
+		`{url: "http://x", rate: 5/s, burst: -1}`:                       "sources[0].routes[0].burst: must be at least 0 (got -1)",
+		`{url: "http://x", breaker: {failures: -1}}`:                    "sources[0].routes[0].breaker.failures: must be at least 1 (got -1); breaker.off: true turns the breaker off",
+		`{url: "http://x", breaker: {cooldown: -1s}}`:                   "sources[0].routes[0].breaker.cooldown: must be greater than 0 (got -1s)",
+		`{url: "http://x", breaker: {cooldown: 1m, max_cooldown: 30s}}`: "sources[0].routes[0].breaker.max_cooldown: must not be less than breaker.cooldown (got 30s, cooldown 1m0s)",
+		`{url: "http://x", breaker: {off: true, failures: 3}}`:          "sources[0].routes[0].breaker.off: is true, yet breaker.failures, cooldown or max_cooldown is set",
+		`{url: "http://x", max_attempts: 4}`:                            "sources[0].routes[0].max_attempts: is 4, under breaker.failures 5: an entry alone in the route would be dead-lettered before the breaker opens",
+		`{url: "http://x", max_attempts: 2, breaker: {failures: 3}}`:    "sources[0].routes[0].max_attempts: is 2, under breaker.failures 3",
+		`{url: "http://x", breaker: on}`:                                "sources[0].routes[0].breaker: must be a section of fields, not a single value",
+	} {
+		_, err := Parse([]byte(`sources: [{name: a, request_id: "json:id", routes: [` + yaml + `]}]`))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("route %s: error %v, want %q", yaml, err, want)
+		}
+	}
+	// max_attempts equal to the run that opens the breaker is enough: the
+	// last failure before it is the opening one, which does not count.
+	for _, yaml := range []string{
+		`{url: "http://x", max_attempts: 5}`,
+		`{url: "http://x", max_attempts: 1, breaker: {failures: 1}}`,
+		`{url: "http://x", max_attempts: 1, breaker: {off: true}}`,
+	} {
+		if _, err := Parse([]byte(`sources: [{name: a, request_id: "json:id", routes: [` + yaml + `]}]`)); err != nil {
+			t.Errorf("route %s: %v", yaml, err)
+		}
 	}
 }

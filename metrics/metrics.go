@@ -22,6 +22,13 @@ type Gauges struct {
 	OutboxPending func() (map[forward.Target]int, error)
 	// DeadLetters returns the dead letters, by route.
 	DeadLetters func() (map[forward.Target]int, error)
+	// RouteStates returns the stored state of each route that has one
+	// (forward.Control.RouteStates); the others are closed and unpaused.
+	// Nil leaves the route state gauges out.
+	RouteStates func() (map[forward.Target]forward.RouteState, error)
+	// Rates are the configured routes' rate limits; a route without one
+	// is absent, and has no rate gauge.
+	Rates map[forward.Target]forward.Rate
 	// StoreSizes returns the Badger LSM tree and value log sizes in bytes.
 	// It and Disk are nil when the backend is not Badger, and their gauges
 	// are left out.
@@ -133,7 +140,13 @@ var (
 	reserveDesc = prometheus.NewDesc("webhookd_disk_reserve_bytes", "Free space (ballast included) below which new decisions are refused (storage.min_free).", nil, nil)
 	lowDesc     = prometheus.NewDesc("webhookd_disk_low", "1 while new decisions are refused for lack of free space in the data directory, else 0.", nil, nil)
 	lowsDesc    = prometheus.NewDesc("webhookd_disk_low_total", "Times the free space of the data directory ran under the reserve.", nil, nil)
+	circuitDesc = prometheus.NewDesc("webhookd_route_circuit", "1 for the state the route's circuit breaker is in (closed, open or half-open), 0 for the others, by source and route.", []string{"source", "route", "state"}, nil)
+	pausedDesc  = prometheus.NewDesc("webhookd_route_paused", "1 while the route is paused (nothing is sent to it), else 0, by source and route.", []string{"source", "route"}, nil)
+	rateDesc    = prometheus.NewDesc("webhookd_route_rate_limit", "The route's rate limit in requests per second, by source and route; absent for a route without one.", []string{"source", "route"}, nil)
 )
+
+// circuits are the states webhookd_route_circuit has a series for.
+var circuits = []forward.Circuit{forward.Closed, forward.Open, forward.HalfOpen}
 
 // gauges reads Gauges at scrape time.
 type gauges struct{ Gauges }
@@ -148,6 +161,9 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- reserveDesc
 	ch <- lowDesc
 	ch <- lowsDesc
+	ch <- circuitDesc
+	ch <- pausedDesc
+	ch <- rateDesc
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
@@ -160,6 +176,14 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	if dead, err := g.DeadLetters(); err == nil {
 		g.perRoute(ch, deadDesc, dead)
 	}
+	for t, r := range g.Rates {
+		ch <- prometheus.MustNewConstMetric(rateDesc, prometheus.GaugeValue, r.Limit, t.Source, t.Route)
+	}
+	if g.RouteStates != nil {
+		if states, err := g.RouteStates(); err == nil {
+			g.routeStates(ch, states)
+		}
+	}
 	if g.StoreSizes == nil { // not Badger: the disk is the database's to watch
 		return
 	}
@@ -167,15 +191,35 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lsmDesc, prometheus.GaugeValue, float64(lsm))
 	ch <- prometheus.MustNewConstMetric(vlogDesc, prometheus.GaugeValue, float64(vlog))
 	d := g.Disk()
-	low := 0.0
-	if d.Low {
-		low = 1
-	}
 	ch <- prometheus.MustNewConstMetric(freeDesc, prometheus.GaugeValue, float64(d.Free))
 	ch <- prometheus.MustNewConstMetric(ballastDesc, prometheus.GaugeValue, float64(d.Ballast))
 	ch <- prometheus.MustNewConstMetric(reserveDesc, prometheus.GaugeValue, float64(d.Reserve))
-	ch <- prometheus.MustNewConstMetric(lowDesc, prometheus.GaugeValue, low)
+	ch <- prometheus.MustNewConstMetric(lowDesc, prometheus.GaugeValue, one(d.Low))
 	ch <- prometheus.MustNewConstMetric(lowsDesc, prometheus.CounterValue, float64(d.Lows))
+}
+
+// routeStates sends the circuit and pause of each route of g.Routes: a
+// removed route's state has no bearing on anything, as its entries are
+// dead-lettered unsent.
+func (g gauges) routeStates(ch chan<- prometheus.Metric, states map[forward.Target]forward.RouteState) {
+	for _, t := range g.Routes {
+		s := states[t]
+		current := s.Circuit
+		if current == "" {
+			current = forward.Closed
+		}
+		for _, c := range circuits {
+			ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, one(c == current), t.Source, t.Route, string(c))
+		}
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, one(s.Paused), t.Source, t.Route)
+	}
+}
+
+func one(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // perRoute sends one series per route in counts or in g.Routes; a route

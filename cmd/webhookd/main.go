@@ -241,6 +241,15 @@ func (m *Main) start(ctx context.Context, ls *gateway.Listeners) error {
 		Routes:        slices.Collect(maps.Keys(rs)),
 		OutboxPending: func() (map[forward.Target]int, error) { return m.Store.Pending(context.Background()) },
 		DeadLetters:   m.Store.DeadLetterCounts,
+		RouteStates: func() (map[forward.Target]forward.RouteState, error) {
+			return m.Store.RouteStates(context.Background())
+		},
+		Rates: make(map[forward.Target]forward.Rate),
+	}
+	for t, r := range rs {
+		if r.Rate.Limit > 0 {
+			gauges.Rates[t] = r.Rate
+		}
 	}
 	m.Console = console.New(m.Config.Admin.Token, consoleSources(m.Config), m.Config.ReceiptTTL, m.Store, m.Logger.Named("console"))
 	m.Console.Disk = diskOf(m.Store)
@@ -373,6 +382,8 @@ func routes(cfg *configs.Config) map[forward.Target]sender.Route {
 				Supersede:   f.Supersede,
 				Headers:     f.Headers,
 				PassHeaders: f.PassHeaders,
+				Rate:        f.ForwardRate(),
+				Breaker:     f.ForwardBreaker(),
 			}
 			if f.Sign != nil {
 				r.SignSecret = f.Sign.Secret

@@ -24,7 +24,7 @@ import (
 // audit. storage is the storage: line.
 func routesConfig(storage, listen, adminListen, billingURL, analyticsURL, auditURL string) string {
 	route := func(name, url, filter string) string {
-		r := fmt.Sprintf("      - name: %s\n        url: %q\n        timeout: 2s\n        max_attempts: 10000\n        backoff: { initial: 10ms, max: 100ms }\n", name, url)
+		r := fmt.Sprintf("      - name: %s\n        url: %q\n        timeout: 2s\n        max_attempts: 10000\n        backoff: { initial: 10ms, max: 100ms }\n        breaker: { cooldown: 100ms, max_cooldown: 1s }\n", name, url)
 		if filter != "" {
 			r += fmt.Sprintf("        filter: %q\n", filter)
 		}

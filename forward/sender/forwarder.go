@@ -44,6 +44,18 @@ type Route struct {
 	// SignSecret, when set (whsec_...), adds Standard Webhooks signature
 	// headers, so the downstream can check a request came through webhookd.
 	SignSecret string
+	// Rate bounds the requests started to the route; Breaker stops
+	// sending while it keeps failing. Their zero values are no limit and
+	// no breaker.
+	Rate    forward.Rate
+	Breaker forward.Breaker
+}
+
+// Backend is what the forwarder needs of a storage backend: its outbox,
+// and the route states that pace, stop and pause the sends to each route.
+type Backend interface {
+	forward.Queue
+	forward.Control
 }
 
 // Metrics counts forward attempts.
@@ -74,6 +86,14 @@ const leaseMargin = 30 * time.Second
 // and its own claims, so a slow or failing downstream holds up only its
 // own route, never another route of the same source: a target is asked
 // for as many entries as it has free slots.
+//
+// Before each claim the backend's forward.Control grants the sends: as
+// many as the route's rate allows, none while it is paused or its breaker
+// is open, one probe once the breaker's cool-down ends. The state is the
+// backend's, so that replicas sharing it share one budget and one probe.
+// After each attempt the forwarder reports whether the downstream
+// answered; a failure the breaker does not count leaves its entry's
+// attempts as they were.
 type Forwarder struct {
 	Logger       *zap.Logger
 	Metrics      Metrics
@@ -81,15 +101,16 @@ type Forwarder struct {
 	// Owner names this forwarder's claims; unique per process by default.
 	Owner string
 
-	queue  forward.Queue
-	routes map[forward.Target]*route
-	now    func() time.Time
-	jitter func() float64
+	queue   forward.Queue
+	control forward.Control
+	routes  map[forward.Target]*route
+	now     func() time.Time
+	jitter  func() float64
 
 	jobs      int      // jobs started and not yet finished; owned by run
 	due       dueTimes // retries this forwarder scheduled; owned by run
 	released  chan *route
-	finished  chan time.Time // a job's end, with its entry's next attempt when it was rescheduled
+	finished  chan outcome
 	stop      chan struct{}
 	stopOnce  sync.Once
 	done      chan struct{}
@@ -100,25 +121,38 @@ type Forwarder struct {
 	wg        sync.WaitGroup
 	// While the queue is down, every wake-up of every route fails a claim,
 	// every poll a depth read, and every job in flight a settle each
-	// second: each kind is logged as a run (ratelog).
-	claimLog, depthLog, settleLog *ratelog.Failures
+	// second: each kind is logged as a run (ratelog). The route states
+	// are read on every poll, and reported after attempts.
+	claimLog, depthLog, settleLog, stateLog, reportLog *ratelog.Failures
+}
+
+// outcome is what a job tells the scheduler when it ends.
+type outcome struct {
+	r *route
+	// next is its entry's next attempt, when it was rescheduled.
+	next time.Time
+	// state is the route's state after the attempt was reported, nil
+	// when it was not.
+	state *forward.RouteState
+	probe bool // the job carried the route's probe
 }
 
 // New returns a forwarder for the targets in routes. Entries of a target
 // not in routes are dead-lettered: its route was removed from the
 // configuration.
-func New(queue forward.Queue, routes map[forward.Target]Route, logger *zap.Logger) *Forwarder {
+func New(b Backend, routes map[forward.Target]Route, logger *zap.Logger) *Forwarder {
 	f := &Forwarder{
 		Logger:       logger,
 		Metrics:      nopMetrics{},
 		PollInterval: DefaultPollInterval,
 		Owner:        fmt.Sprintf("%d-%016x", os.Getpid(), rand.Uint64()),
-		queue:        queue,
+		queue:        b,
+		control:      b,
 		routes:       make(map[forward.Target]*route, len(routes)),
 		now:          time.Now,
 		jitter:       rand.Float64,
 		released:     make(chan *route),
-		finished:     make(chan time.Time),
+		finished:     make(chan outcome),
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
@@ -138,6 +172,8 @@ func (f *Forwarder) Open() error {
 	f.claimLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	f.depthLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	f.settleLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	f.stateLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	f.reportLog = ratelog.New(f.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	for target, r := range f.routes {
 		c, err := f.hostClient(r.Route)
 		if err != nil {
@@ -184,6 +220,17 @@ type route struct {
 	// the last claim took all it asked for. A freed slot alone is no
 	// reason to ask, so an idle outbox costs no claims between commits.
 	ask bool
+	// wake is when a route the backend's control held back (out of
+	// tokens, open, paused) asks again; till then nothing else makes it
+	// ask, so a held route costs no grant per commit.
+	wake time.Time
+	// probing says a job carries the route's probe: the route asks again
+	// when it ends.
+	probing bool
+	// known is the route's state as this forwarder last saw it: read on
+	// every poll, and returned by each report. It says how long a held
+	// route waits, and whether a success needs reporting.
+	known forward.RouteState
 }
 
 // lease is how long this route's claims last.
@@ -205,6 +252,7 @@ func (f *Forwarder) run() {
 		} else {
 			if discover {
 				f.discoverOrphans()
+				f.readStates()
 				discover = false
 			}
 			f.claim()
@@ -220,13 +268,18 @@ func (f *Forwarder) run() {
 			f.askAll()
 		case r := <-f.released:
 			r.inflight--
-		case next := <-f.finished:
+		case o := <-f.finished:
 			f.jobs--
-			if !next.IsZero() {
-				heap.Push(&f.due, next)
+			if !o.next.IsZero() {
+				heap.Push(&f.due, o.next)
 			}
+			f.learn(o)
 		case <-timer.C:
-			f.askAll()
+			// A held route's wake needs no ask: it kept its own. A due
+			// retry may be any route's.
+			if f.due.Len() > 0 && !f.due[0].After(f.now()) {
+				f.askAll()
+			}
 		}
 	}
 }
@@ -238,17 +291,61 @@ func (f *Forwarder) askAll() {
 	}
 }
 
-// wait returns how long until the next retry this forwarder scheduled, at
-// most PollInterval; retries it passed are forgotten, as claim just ran.
+// wait returns how long until the next retry this forwarder scheduled or
+// the next held route's wake, at most PollInterval; retries it passed are
+// forgotten, as claim just ran.
 func (f *Forwarder) wait() time.Duration {
 	now := f.now()
 	for f.due.Len() > 0 && !f.due[0].After(now) {
 		heap.Pop(&f.due)
 	}
+	d := f.PollInterval
 	if f.due.Len() > 0 {
-		return min(f.PollInterval, f.due[0].Sub(now))
+		d = min(d, f.due[0].Sub(now))
 	}
-	return f.PollInterval
+	for _, r := range f.routes {
+		if r.ask && r.wake.After(now) {
+			d = min(d, r.wake.Sub(now))
+		}
+	}
+	return d
+}
+
+// readStates refreshes what the forwarder knows of each route's state.
+func (f *Forwarder) readStates() {
+	states, err := f.control.RouteStates(f.ctx)
+	if err != nil {
+		f.stateLog.Fail("read route states", zap.Error(err))
+		return
+	}
+	f.stateLog.OK("route states read again")
+	for target, r := range f.routes {
+		r.known = states[target]
+	}
+}
+
+// learn takes in what a job that ended found out about its route.
+func (f *Forwarder) learn(o outcome) {
+	r := o.r
+	if o.probe {
+		r.probing, r.ask, r.wake = false, true, time.Time{}
+	}
+	if o.state == nil {
+		return
+	}
+	was := r.known
+	r.known = *o.state
+	switch s := o.state; {
+	case s.Circuit == forward.Open && !s.OpenUntil.Equal(was.OpenUntil):
+		f.Logger.Warn("route's circuit breaker is open: nothing is sent to it until open_until, then one probe",
+			zap.String("source", r.target.Source), zap.String("route", r.target.Route),
+			zap.Time("open_until", s.OpenUntil), zap.Int("opens", s.Opens))
+		r.ask, r.wake = true, s.OpenUntil
+	case !broken(*s) && broken(was):
+		f.Logger.Info("route's circuit breaker closed: sending again",
+			zap.String("source", r.target.Source), zap.String("route", r.target.Route))
+		r.ask, r.wake = true, time.Time{}
+	}
 }
 
 // discoverOrphans gives every target with pending entries and no route a
@@ -268,29 +365,82 @@ func (f *Forwarder) discoverOrphans() {
 }
 
 // claim starts a job for every entry the queue hands out to a route with
-// free slots.
+// free slots, as many as the backend's control grants.
 func (f *Forwarder) claim() {
+	now := f.now()
 	for _, r := range f.routes {
 		free := r.Concurrency - r.inflight
 		// With jobs in flight, a route asks again once a quarter of its
 		// slots are free: a queue behind a network (a shared database)
 		// then answers one claim for many entries, not one for each.
-		if !r.ask || free <= 0 || (r.inflight > 0 && free < max(1, r.Concurrency/4)) {
+		if !r.ask || r.probing || now.Before(r.wake) || free <= 0 || (r.inflight > 0 && free < max(1, r.Concurrency/4)) {
 			continue
 		}
-		claims, err := f.queue.Claim(f.ctx, f.Owner, r.target, free, r.lease())
-		r.ask = err != nil || len(claims) == free
+		r.wake = time.Time{}
+		granted, probe := free, false
+		if !r.orphan {
+			var err error
+			granted, probe, err = f.control.Grant(f.ctx, f.Owner, r.target, free, r.Rate, r.lease())
+			if err != nil {
+				f.claimLog.Fail("grant sends to a route", zap.String("source", r.target.Source), zap.String("route", r.target.Route), zap.Error(err))
+				continue
+			}
+			if granted == 0 {
+				f.hold(r, now, free)
+				continue
+			}
+		}
+		claims, err := f.queue.Claim(f.ctx, f.Owner, r.target, granted, r.lease())
 		if err != nil {
 			f.claimLog.Fail("claim outbox entries", zap.String("source", r.target.Source), zap.String("route", r.target.Route), zap.Error(err))
+			f.release(r, granted, probe)
 			continue
 		}
 		f.claimLog.OK("claims succeed again")
+		f.release(r, granted-len(claims), probe && len(claims) == 0)
+		switch {
+		case len(claims) < granted:
+			r.ask = false // the queue holds no more that are due
+		case granted < free:
+			f.hold(r, now, free-granted)
+		}
+		r.probing = probe && len(claims) > 0 // a probe is a grant of one send
+		j := job{probe: r.probing, clean: clean(r.known)}
 		for _, c := range claims {
 			r.inflight++
 			f.jobs++
 			f.wg.Add(1)
-			go f.work(r, c)
+			go f.work(r, c, j)
 		}
+	}
+}
+
+// hold sets when route r, granted short sends fewer than it asked for,
+// asks again: when its breaker's cool-down ends; when its bucket holds
+// the sends it lacks (at most a burst's worth); else (paused, or another
+// forwarder's probe out) at the next poll, which reads the state again.
+func (f *Forwarder) hold(r *route, now time.Time, short int) {
+	r.ask = true
+	switch s := r.known; {
+	case s.Paused:
+		r.wake = now.Add(f.PollInterval)
+	case s.Circuit == forward.Open && s.OpenUntil.After(now):
+		r.wake = s.OpenUntil
+	case !broken(s) && r.Rate.Limit > 0:
+		tokens := max(1, min(short, r.Rate.Burst))
+		r.wake = now.Add(time.Duration(float64(tokens) / r.Rate.Limit * float64(time.Second)))
+	default:
+		r.wake = now.Add(f.PollInterval)
+	}
+}
+
+// release gives back sends granted to r and not made.
+func (f *Forwarder) release(r *route, unused int, probe bool) {
+	if r.orphan || unused <= 0 {
+		return
+	}
+	if err := f.control.Release(f.ctx, f.Owner, r.target, unused, probe, r.Rate); err != nil {
+		f.claimLog.Fail("release unused sends", zap.String("source", r.target.Source), zap.String("route", r.target.Route), zap.Error(err))
 	}
 }
 
@@ -298,7 +448,7 @@ func (f *Forwarder) claim() {
 // request is answered, before the result is on disk: forwarding throughput
 // is then bounded by the downstream, not by commit latency. The lane stays
 // claimed until the result is on disk, which is what ordering needs.
-func (f *Forwarder) work(r *route, c forward.Claim) {
+func (f *Forwarder) work(r *route, c forward.Claim, j job) {
 	defer f.wg.Done()
 	released := false
 	release := func() {
@@ -307,30 +457,58 @@ func (f *Forwarder) work(r *route, c forward.Claim) {
 			f.released <- r
 		}
 	}
-	var next time.Time
-	if res, ok := f.result(r, &c, release); ok && f.record(r, &c, res) && res.State == webhookd.ForwardRetrying {
-		next = res.NextAttemptAt
+	o := outcome{r: r, probe: j.probe}
+	if res, ok := f.result(r, &c, &j, release); ok && f.record(r, &c, res) && res.State == webhookd.ForwardRetrying {
+		o.next = res.NextAttemptAt
 	}
+	o.state = j.state
 	release()
-	f.finished <- next
+	f.finished <- o
+}
+
+// job is what one claim's attempt knows of its route, and learns.
+type job struct {
+	probe bool // it carries the route's probe
+	// clean says the route's state, as the forwarder knew it when the job
+	// started, holds nothing a success would reset.
+	clean bool
+	state *forward.RouteState // after the attempt's report
+}
+
+// clean says a success would leave s as it is: closed, with no failure
+// counted.
+func clean(s forward.RouteState) bool {
+	return !broken(s) && s.Failures == 0 && s.Opens == 0
+}
+
+// broken says s's breaker is open or probing.
+func broken(s forward.RouteState) bool {
+	return s.Circuit == forward.Open || s.Circuit == forward.HalfOpen
 }
 
 // result is what became of c: superseded, dead without an attempt, or
 // the attempt's outcome. ok is false when the attempt was abandoned
-// because the forwarder is closing.
-func (f *Forwarder) result(r *route, c *forward.Claim, release func()) (res forward.Result, ok bool) {
+// because the forwarder is closing. A claim settled without a send gives
+// its send back to the route, the probe with it.
+func (f *Forwarder) result(r *route, c *forward.Claim, j *job, release func()) (res forward.Result, ok bool) {
 	now := f.now()
+	var unsent forward.Result
 	switch {
 	case r.orphan:
-		return forward.Result{State: webhookd.ForwardDead, Attempts: c.Attempts, Error: fmt.Sprintf("source %q has no route %q in the configuration", c.Source, c.Route), At: now}, true
+		unsent = forward.Result{State: webhookd.ForwardDead, Attempts: c.Attempts, Error: fmt.Sprintf("source %q has no route %q in the configuration", c.Source, c.Route), At: now}
 	case r.Supersede && c.Newer:
-		return forward.Result{State: webhookd.ForwardSuperseded, Attempts: c.Attempts, At: now}, true
+		unsent = forward.Result{State: webhookd.ForwardSuperseded, Attempts: c.Attempts, At: now}
 	case c.Body == nil:
-		return forward.Result{State: webhookd.ForwardDead, Attempts: c.Attempts, Error: "its payload expired (receipt_ttl) before it could be forwarded", At: now}, true
+		unsent = forward.Result{State: webhookd.ForwardDead, Attempts: c.Attempts, Error: "its payload expired (receipt_ttl) before it could be forwarded", At: now}
+	default:
+		res, ok = f.attempt(r, &c.Entry, j)
+		release()
+		return res, ok
 	}
-	res, ok = f.attempt(r, &c.Entry)
-	release()
-	return res, ok
+	if j.probe || r.Rate.Limit > 0 {
+		f.release(r, 1, j.probe)
+	}
+	return unsent, true
 }
 
 // record settles c with res. A Settle that failed may have been recorded
@@ -357,9 +535,10 @@ func (f *Forwarder) record(r *route, c *forward.Claim, res forward.Result) (ok b
 	}
 }
 
-// attempt sends e once. ok is false when the attempt was abandoned because
-// the forwarder is closing.
-func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok bool) {
+// attempt sends e once, and reports the outcome to the route's state. ok
+// is false when the attempt was abandoned because the forwarder is
+// closing.
+func (f *Forwarder) attempt(r *route, e *forward.Entry, j *job) (res forward.Result, ok bool) {
 	n := e.Attempts + 1
 	start := time.Now()
 	status, retryAfter, body, err := f.post(r, e, n)
@@ -386,12 +565,26 @@ func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok 
 			res.Error += ": " + body
 		}
 	}
-	switch forward.Judge(status) {
+	verdict := forward.Judge(status)
+	counted := f.report(r, verdict != forward.Retry, j)
+	switch verdict {
 	case forward.Delivered:
 		f.Metrics.Attempted(r.target, "delivered", took)
 		log(zapcore.DebugLevel, "forwarded")
 		return res, true
 	case forward.Retry:
+		if !counted {
+			// The route is down, which is no fault of the entry's: it
+			// keeps its attempts and waits for the breaker.
+			f.Metrics.Attempted(r.target, "retry", took)
+			res.State, res.Attempts = webhookd.ForwardRetrying, e.Attempts
+			res.NextAttemptAt = now.Add(r.Policy.Delay(n, retryAfter, f.jitter()))
+			if j.state != nil && j.state.OpenUntil.After(res.NextAttemptAt) {
+				res.NextAttemptAt = j.state.OpenUntil
+			}
+			log(zapcore.InfoLevel, "forward failed while the route's circuit breaker is open, will retry; the attempt does not count", zap.String("error", res.Error), zap.Time("next_attempt_at", res.NextAttemptAt))
+			return res, true
+		}
 		if n < r.Policy.MaxAttempts {
 			f.Metrics.Attempted(r.target, "retry", took)
 			res.State = webhookd.ForwardRetrying
@@ -405,6 +598,26 @@ func (f *Forwarder) attempt(r *route, e *forward.Entry) (res forward.Result, ok 
 	res.State = webhookd.ForwardDead
 	log(zapcore.WarnLevel, "forward dead-lettered", zap.String("error", res.Error))
 	return res, true
+}
+
+// report tells the route's state whether the downstream answered (up),
+// and returns whether a failure counts against its entry. A success is
+// reported only when it changes something: it ends a probe, or a run of
+// failures this forwarder knows of; a failure only when the breaker is on,
+// or its state may be left over from when it was. When the report fails,
+// the failure counts, as it would without a breaker.
+func (f *Forwarder) report(r *route, up bool, j *job) (counted bool) {
+	if !j.probe && j.clean && (up || r.Breaker.Failures <= 0) {
+		return true
+	}
+	state, counted, err := f.control.Report(f.ctx, r.target, up, r.Breaker)
+	if err != nil {
+		f.reportLog.Fail("report an attempt to the route's state", zap.String("source", r.target.Source), zap.String("route", r.target.Route), zap.Error(err))
+		return true
+	}
+	f.reportLog.OK("route states reported again")
+	j.state = &state
+	return counted
 }
 
 // post sends one attempt; status is 0 when no answer came, and body is
