@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +17,19 @@ import (
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/storage"
 )
+
+// Store is what the admin API reads and changes: the records it lists and
+// repairs, and each route's state and backlog, which it shows and pauses.
+// A storage.Backend is one.
+type Store interface {
+	storage.Records
+	Pause(ctx context.Context, target forward.Target, paused bool) error
+	RouteStates(ctx context.Context) (map[forward.Target]forward.RouteState, error)
+	Pending(ctx context.Context) (map[forward.Target]int, error)
+	DeadLetterCounts() (map[forward.Target]int, error)
+}
 
 // requireToken guards the admin API. With no token configured every call is
 // refused: an admin API open by default would leak every receipt.
@@ -101,13 +114,22 @@ func (s *Server) requestParams(c *fiber.Ctx) (source, requestID string, err erro
 // deadLetterParams returns the target and request ID a dead letter's path
 // names.
 func (s *Server) deadLetterParams(c *fiber.Ctx) (target forward.Target, requestID string, err error) {
-	if target.Source, requestID, err = s.requestParams(c); err != nil {
+	if target, err = s.routeParams(c); err != nil {
 		return target, "", err
+	}
+	requestID, err = param(c, "request_id")
+	return target, requestID, err
+}
+
+// routeParams returns the configured route a path names.
+func (s *Server) routeParams(c *fiber.Ctx) (target forward.Target, err error) {
+	if target.Source, err = s.sourceParam(c); err != nil {
+		return target, err
 	}
 	if target.Route, err = param(c, "route"); err != nil {
-		return target, "", err
+		return target, err
 	}
-	return target, requestID, s.knownRoute(target.Source, target.Route)
+	return target, s.knownRoute(target.Source, target.Route)
 }
 
 // sourceParam returns the configured source a path names.
@@ -124,11 +146,122 @@ func (s *Server) handleGetReceipt(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	r, err := s.records.Receipt(c.UserContext(), source, requestID)
+	r, err := s.store.Receipt(c.UserContext(), source, requestID)
 	if err != nil {
 		return err
 	}
-	return c.JSON(receiptView{Receipt: r, ResidualRisk: r.ResidualRisk()})
+	return c.JSON(viewReceipt(r))
+}
+
+func viewReceipt(r *dedupe.Receipt) receiptView {
+	return receiptView{Receipt: r, ResidualRisk: r.ResidualRisk()}
+}
+
+// handleListReceipts answers a page of the receipts the query selects,
+// newest first.
+func (s *Server) handleListReceipts(c *fiber.Ctx) error {
+	q, err := s.receiptQuery(c)
+	if err != nil {
+		return err
+	}
+	receipts, next, err := s.store.Receipts(c.UserContext(), q)
+	if err != nil {
+		return cursorError(err)
+	}
+	items := make([]receiptView, len(receipts))
+	for i := range receipts {
+		items[i] = viewReceipt(&receipts[i])
+	}
+	return c.JSON(fiber.Map{"items": items, "next_cursor": next})
+}
+
+// receiptQuery reads and checks the query of a receipts search, so that a
+// misspelt value is refused rather than read as "nothing matches".
+func (s *Server) receiptQuery(c *fiber.Ctx) (q storage.ReceiptQuery, err error) {
+	target, err := s.targetQuery(c)
+	if err != nil {
+		return q, err
+	}
+	q.Source, q.Route = target.Source, target.Route
+	if q.Resource = query(c, "resource"); q.Resource != "" && q.Source == "" {
+		// Resources are keyed within their source.
+		return q, webhookd.FieldErrorf("resource", "resource= names a resource of the source that source= names: give both")
+	}
+	switch d := webhookd.Decision(query(c, "decision")); d {
+	case "", webhookd.Accepted, webhookd.Stale:
+		q.Decision = d
+	default:
+		return q, webhookd.FieldErrorf("decision", "a receipt's decision is accepted or stale, not %q: duplicates and conflicts are later deliveries of a receipt, listed in its deliveries", d)
+	}
+	switch st := webhookd.ForwardState(query(c, "forward_state")); st {
+	case "", webhookd.ForwardPending, webhookd.ForwardRetrying, webhookd.ForwardDelivered,
+		webhookd.ForwardDead, webhookd.ForwardDiscarded, webhookd.ForwardSuperseded:
+		q.ForwardState = st
+	default:
+		return q, webhookd.FieldErrorf("forward_state", "unknown forward_state %q: it is pending, retrying, delivered, dead, discarded or superseded", st)
+	}
+	if q.Since, q.Until, err = timeRange(c); err != nil {
+		return q, err
+	}
+	q.Page, err = pageQuery(c)
+	return q, err
+}
+
+// query returns a query parameter, copied out of the request's buffer,
+// which fasthttp reuses.
+func query(c *fiber.Ctx, name string) string {
+	return strings.Clone(c.Query(name))
+}
+
+// timeRange reads since= and until=, RFC 3339 times, either one left out
+// for no bound.
+func timeRange(c *fiber.Ctx) (since, until time.Time, err error) {
+	if since, err = timeQuery(c, "since"); err != nil {
+		return since, until, err
+	}
+	if until, err = timeQuery(c, "until"); err != nil {
+		return since, until, err
+	}
+	if !since.IsZero() && !until.IsZero() && !since.Before(until) {
+		return since, until, webhookd.FieldErrorf("until", "until= must be later than since=: the range is since <= t < until")
+	}
+	return since, until, nil
+}
+
+func timeQuery(c *fiber.Ctx, name string) (time.Time, error) {
+	v := c.Query(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		// A '+' in a query string reads as a space: the likeliest mistake.
+		return time.Time{}, webhookd.FieldErrorf(name, "%s= must be an RFC 3339 time, such as 2026-12-02T03:00:00Z (write an offset's + as %%2B), not %q", name, v)
+	}
+	return t, nil
+}
+
+// pageQuery reads limit= and cursor=.
+func pageQuery(c *fiber.Ctx) (storage.Page, error) {
+	p := storage.Page{Cursor: query(c, "cursor")}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > storage.MaxLimit {
+			return p, webhookd.FieldErrorf("limit", "limit= must be a whole number from 1 to %d, not %q", storage.MaxLimit, v)
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+// cursorError names the cursor as the field at fault when a backend
+// refuses a page's query: every other part of the query is checked before
+// it reaches the backend, and the cursor, opaque to the gateway, is not.
+func cursorError(err error) error {
+	if webhookd.ErrorCode(err) != webhookd.EINVALID || webhookd.ErrorField(err) != "" {
+		return err
+	}
+	return &webhookd.Error{Code: webhookd.EINVALID, Field: "cursor", Message: webhookd.ErrorMessage(err), Err: err}
 }
 
 func (s *Server) handleGetResource(c *fiber.Ctx) error {
@@ -140,7 +273,7 @@ func (s *Server) handleGetResource(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	l, err := s.records.Latest(c.UserContext(), source, resource)
+	l, err := s.store.Latest(c.UserContext(), source, resource)
 	if err != nil {
 		return err
 	}
@@ -163,27 +296,39 @@ type entryView struct {
 	DeadAt        *time.Time `json:"dead_at,omitempty"`
 }
 
-// listEntries answers a list of entries, of every source, of the one
-// ?source= names, or of its one route ?route= names.
-func (s *Server) listEntries(c *fiber.Ctx, list func(ctx context.Context, target forward.Target) ([]forward.Entry, error)) error {
-	target := forward.Target{Source: strings.Clone(c.Query("source")), Route: strings.Clone(c.Query("route"))}
+// targetQuery returns what ?source= and ?route= select: every source, the
+// one source=, or its one route=.
+func (s *Server) targetQuery(c *fiber.Ctx) (forward.Target, error) {
+	target := forward.Target{Source: query(c, "source"), Route: query(c, "route")}
 	switch {
 	case target.Source != "":
 		if err := s.knownSource(target.Source); err != nil {
-			return err
+			return target, err
 		}
 		if target.Route != "" {
-			if err := s.knownRoute(target.Source, target.Route); err != nil {
-				return err
-			}
+			return target, s.knownRoute(target.Source, target.Route)
 		}
 	case target.Route != "":
 		// Route names are unique in their source only.
-		return webhookd.FieldErrorf("route", "route= names a route of the source that source= names: give both")
+		return target, webhookd.FieldErrorf("route", "route= names a route of the source that source= names: give both")
 	}
-	entries, err := list(c.UserContext(), target)
+	return target, nil
+}
+
+// listEntries answers a page of a list of entries, of every source, of the
+// one ?source= names, or of its one route ?route= names.
+func (s *Server) listEntries(c *fiber.Ctx, list func(ctx context.Context, target forward.Target, page storage.Page) ([]forward.Entry, string, error)) error {
+	target, err := s.targetQuery(c)
 	if err != nil {
 		return err
+	}
+	page, err := pageQuery(c)
+	if err != nil {
+		return err
+	}
+	entries, next, err := list(c.UserContext(), target, page)
+	if err != nil {
+		return cursorError(err)
 	}
 	items := make([]entryView, len(entries))
 	for i, e := range entries {
@@ -195,12 +340,12 @@ func (s *Server) listEntries(c *fiber.Ctx, list func(ctx context.Context, target
 			items[i].NextAttemptAt = &e.NextAttemptAt
 		}
 	}
-	return c.JSON(fiber.Map{"items": items})
+	return c.JSON(fiber.Map{"items": items, "next_cursor": next})
 }
 
-func (s *Server) handleListOutbox(c *fiber.Ctx) error { return s.listEntries(c, s.records.Outbox) }
+func (s *Server) handleListOutbox(c *fiber.Ctx) error { return s.listEntries(c, s.store.Outbox) }
 func (s *Server) handleListDeadLetters(c *fiber.Ctx) error {
-	return s.listEntries(c, s.records.DeadLetters)
+	return s.listEntries(c, s.store.DeadLetters)
 }
 
 // repair runs one repair of a dead letter, on the target and request a
@@ -229,7 +374,7 @@ func (s *Server) handleRedeliver(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	if err := s.records.Redeliver(c.UserContext(), source, requestID, route); err != nil {
+	if err := s.store.Redeliver(c.UserContext(), source, requestID, route); err != nil {
 		return err
 	}
 	did := fiber.Map{"source": source, "request_id": requestID, "forward": webhookd.ForwardPending}
@@ -240,9 +385,136 @@ func (s *Server) handleRedeliver(c *fiber.Ctx) error {
 }
 
 func (s *Server) handleRetryDeadLetter(c *fiber.Ctx) error {
-	return s.repair(c, fiber.StatusAccepted, webhookd.ForwardPending, s.records.RetryDeadLetter)
+	return s.repair(c, fiber.StatusAccepted, webhookd.ForwardPending, s.store.RetryDeadLetter)
 }
 
 func (s *Server) handleDiscardDeadLetter(c *fiber.Ctx) error {
-	return s.repair(c, fiber.StatusOK, webhookd.ForwardDiscarded, s.records.DiscardDeadLetter)
+	return s.repair(c, fiber.StatusOK, webhookd.ForwardDiscarded, s.store.DiscardDeadLetter)
+}
+
+// bulkPage is how many dead letters one transaction of a bulk repair
+// takes: large enough that ten thousand take a few seconds, small enough
+// that no transaction holds its locks for long.
+const bulkPage = 500
+
+// bulkRepair runs a bulk repair of the dead letters ?source=, ?route=,
+// ?since= and ?until= select, a page at a time until the last, and
+// answers how many it did, under the name did, and how many it refused.
+// Pages done before an error stay done: the same call again goes on with
+// what is left.
+func (s *Server) bulkRepair(c *fiber.Ctx, status int, did string, run func(ctx context.Context, q storage.DeadLetterQuery, page storage.Page) (storage.BulkResult, error)) error {
+	target, err := s.targetQuery(c)
+	if err != nil {
+		return err
+	}
+	since, until, err := timeRange(c)
+	if err != nil {
+		return err
+	}
+	q := storage.DeadLetterQuery{Target: target, Since: since, Until: until}
+	page := storage.Page{Limit: bulkPage}
+	var done, refused int
+	for {
+		res, err := run(c.UserContext(), q, page)
+		if err != nil {
+			return err
+		}
+		done += res.Done
+		refused += res.Refused
+		if res.Next == "" {
+			break
+		}
+		page.Cursor = res.Next
+	}
+	return c.Status(status).JSON(fiber.Map{did: done, "refused": refused})
+}
+
+func (s *Server) handleRetryDeadLetters(c *fiber.Ctx) error {
+	return s.bulkRepair(c, fiber.StatusAccepted, "retried", s.store.RetryDeadLetters)
+}
+
+func (s *Server) handleDiscardDeadLetters(c *fiber.Ctx) error {
+	return s.bulkRepair(c, fiber.StatusOK, "discarded", s.store.DiscardDeadLetters)
+}
+
+// routeView is a configured route as GET /admin/routes shows it: where it
+// sends (the URL's host only, as a URL may hold credentials), its limits,
+// the state of its sends and its backlog.
+type routeView struct {
+	Source  string          `json:"source"`
+	Route   string          `json:"route"`
+	Host    string          `json:"host"`
+	Rate    string          `json:"rate,omitempty"`
+	Burst   int             `json:"burst,omitempty"`
+	Breaker *breakerView    `json:"breaker,omitempty"`
+	Paused  bool            `json:"paused"`
+	Circuit forward.Circuit `json:"circuit"`
+	// OpenUntil is when an open breaker lets a probe through.
+	OpenUntil *time.Time `json:"open_until,omitempty"`
+	// Failures is the run of retryable failures the breaker has counted.
+	Failures    int `json:"failures"`
+	Pending     int `json:"pending"`
+	DeadLetters int `json:"dead_letters"`
+}
+
+type breakerView struct {
+	Failures    int    `json:"failures"`
+	Cooldown    string `json:"cooldown"`
+	MaxCooldown string `json:"max_cooldown"`
+}
+
+// handleListRoutes answers every configured route, by source name and in
+// its source's order.
+func (s *Server) handleListRoutes(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	states, err := s.store.RouteStates(ctx)
+	if err != nil {
+		return err
+	}
+	pending, err := s.store.Pending(ctx)
+	if err != nil {
+		return err
+	}
+	dead, err := s.store.DeadLetterCounts()
+	if err != nil {
+		return err
+	}
+	items := []routeView{}
+	for _, name := range slices.Sorted(maps.Keys(s.sources)) {
+		for _, r := range s.sources[name].Routes {
+			target := forward.Target{Source: name, Route: r.Name}
+			v := routeView{Source: name, Route: r.Name, Rate: r.Rate, Burst: r.Burst, Pending: pending[target], DeadLetters: dead[target]}
+			if u, err := url.Parse(r.URL); err == nil {
+				v.Host = u.Host
+			}
+			if r.Breaker.Failures > 0 {
+				v.Breaker = &breakerView{Failures: r.Breaker.Failures, Cooldown: r.Breaker.Cooldown.String(), MaxCooldown: r.Breaker.MaxCooldown.String()}
+			}
+			st := states[target]
+			v.Paused, v.Circuit, v.Failures = st.Paused, st.Circuit, st.Failures
+			switch st.Circuit {
+			case "":
+				v.Circuit = forward.Closed
+			case forward.Open:
+				v.OpenUntil = &st.OpenUntil
+			}
+			items = append(items, v)
+		}
+	}
+	return c.JSON(fiber.Map{"items": items})
+}
+
+// handlePause pauses or resumes the route a path names, for every replica
+// and across restarts.
+func (s *Server) handlePause(paused bool) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		target, err := s.routeParams(c)
+		if err != nil {
+			return err
+		}
+		if err := s.store.Pause(c.UserContext(), target, paused); err != nil {
+			return err
+		}
+		return c.JSON(fiber.Map{"source": target.Source, "route": target.Route, "paused": paused})
+	}
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/webhookd/webhookd/configs"
 	"github.com/webhookd/webhookd/internal/ratelog"
 	"github.com/webhookd/webhookd/recording"
-	"github.com/webhookd/webhookd/storage"
 )
 
 // Decider makes, records and answers the decision for one delivery.
@@ -105,7 +104,7 @@ type Server struct {
 
 	logger  *zap.Logger
 	decider Decider
-	records storage.Records
+	store   Store
 	now     func() time.Time
 	token   string
 	sources map[string]*source
@@ -128,9 +127,9 @@ type Server struct {
 	filterLog *ratelog.Failures
 }
 
-// NewServer builds both apps from cfg. It fails on a source it cannot
-// compile; a validated configuration always compiles.
-func NewServer(cfg *configs.Config, decider Decider, records storage.Records, logger *zap.Logger) (*Server, error) {
+// NewServer builds both apps from cfg, the admin API on store. It fails on
+// a source it cannot compile; a validated configuration always compiles.
+func NewServer(cfg *configs.Config, decider Decider, store Store, logger *zap.Logger) (*Server, error) {
 	s := &Server{
 		Metrics:        nopMetrics{},
 		MetricsHandler: http.NotFoundHandler(),
@@ -141,7 +140,7 @@ func NewServer(cfg *configs.Config, decider Decider, records storage.Records, lo
 		unavailable:    ratelog.New(logger, zapcore.ErrorLevel, ratelog.DefaultEvery),
 		filterLog:      ratelog.New(logger, zapcore.WarnLevel, ratelog.DefaultEvery),
 		decider:        decider,
-		records:        records,
+		store:          store,
 		now:            time.Now,
 		token:          cfg.Admin.Token,
 		sources:        make(map[string]*source, len(cfg.Sources)),
@@ -173,13 +172,19 @@ func NewServer(cfg *configs.Config, decider Decider, records storage.Records, lo
 	s.admin.Get("/", func(c *fiber.Ctx) error { return c.Redirect("/ui/", fiber.StatusFound) })
 	s.admin.All("/ui/*", func(c *fiber.Ctx) error { return s.Console(c) })
 	s.admin.Use(s.requireToken)
+	s.admin.Get("/admin/receipts", s.handleListReceipts)
 	s.admin.Get("/admin/receipts/:source/:request_id", s.handleGetReceipt)
 	s.admin.Get("/admin/resources/:source/:resource", s.handleGetResource)
 	s.admin.Post("/admin/receipts/:source/:request_id/redeliver", s.handleRedeliver)
 	s.admin.Get("/admin/outbox", s.handleListOutbox)
 	s.admin.Get("/admin/deadletters", s.handleListDeadLetters)
+	s.admin.Post("/admin/deadletters/retry", s.handleRetryDeadLetters)
+	s.admin.Post("/admin/deadletters/discard", s.handleDiscardDeadLetters)
 	s.admin.Post("/admin/deadletters/:source/:route/:request_id/retry", s.handleRetryDeadLetter)
 	s.admin.Delete("/admin/deadletters/:source/:route/:request_id", s.handleDiscardDeadLetter)
+	s.admin.Get("/admin/routes", s.handleListRoutes)
+	s.admin.Post("/admin/routes/:source/:route/pause", s.handlePause(true))
+	s.admin.Post("/admin/routes/:source/:route/resume", s.handlePause(false))
 	// Go's profiler, behind the token: how a slowdown is investigated, in a
 	// benchmark or in production (docs/performance.md).
 	s.admin.Get("/debug/pprof/profile", adaptor.HTTPHandlerFunc(pprof.Profile))

@@ -67,11 +67,17 @@ func newFixture(t *testing.T, wrap func(Decider) Decider) *fixture {
 // wraps the store's Decider.
 func newFixtureFor(t testing.TB, yaml string, wrap func(Decider) Decider) *fixture {
 	t.Helper()
+	return newFixtureIn(t, yaml, t.TempDir(), wrap)
+}
+
+// newFixtureIn is newFixtureFor on the store in dir, new or not.
+func newFixtureIn(t testing.TB, yaml, dir string, wrap func(Decider) Decider) *fixture {
+	t.Helper()
 	cfg, err := configs.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := store.New(t.TempDir())
+	st := store.New(dir)
 	st.Logger = zaptest.NewLogger(t)
 	if err := st.Open(); err != nil {
 		t.Fatal(err)

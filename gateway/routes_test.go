@@ -14,6 +14,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/storage"
 )
 
 const routesConfig = `
@@ -86,7 +87,7 @@ func TestIntakeSelectsRoutesByFilter(t *testing.T) {
 			t.Errorf("%s/%s: routes %v, unrouted %v; want %v, %v", tc.source, id, routes, unrouted, tc.routes, tc.unrouted)
 		}
 	}
-	entries, err := f.store.Outbox(context.Background(), forward.Target{Source: "stripe", Route: "audit"})
+	entries, _, err := f.store.Outbox(context.Background(), forward.Target{Source: "stripe", Route: "audit"}, storage.Page{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestIntakeSelectsRoutesByFilter(t *testing.T) {
 	}
 	// One set of headers for every route's entry: those any matching
 	// route passes through. The forwarder sends each route its own.
-	entries, err = f.store.Outbox(context.Background(), forward.Target{Source: "stripe"})
+	entries, _, err = f.store.Outbox(context.Background(), forward.Target{Source: "stripe"}, storage.Page{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/recording"
+	"github.com/webhookd/webhookd/storage"
 )
 
 // countingDecider counts the decisions asked of the store: every write of
@@ -108,7 +109,7 @@ sources:
 	if n := counter.calls.Load(); n != 0 {
 		t.Errorf("%d decisions asked of the store, want none", n)
 	}
-	if entries, err := f.store.Outbox(context.Background(), forward.Target{}); err != nil || len(entries) != 0 {
+	if entries, _, err := f.store.Outbox(context.Background(), forward.Target{}, storage.Page{}); err != nil || len(entries) != 0 {
 		t.Errorf("outbox = %v, %v; want empty", entries, err)
 	}
 	rec.mu.Lock()
