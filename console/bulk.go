@@ -111,7 +111,7 @@ func (c *Console) countDeadLetters(ctx context.Context, q storage.DeadLetterQuer
 // would take, what that does, and a button that does it.
 func (c *Console) handleBulk(fc *fiber.Ctx) error {
 	ctx := fc.UserContext()
-	action := form(fc, "action")
+	action := form(fc, "repair")
 	if action != "retry" && action != "discard" {
 		return webhookd.Errorf(webhookd.EINVALID, "a bulk repair is retry or discard, not %q", action)
 	}

@@ -420,7 +420,7 @@ func TestPostsNeedTheCSRFTokenAndTheSameOrigin(t *testing.T) {
 	}
 	for path, form := range map[string]url.Values{
 		"/ui/routes/pause":     {"source": {"billing"}, "route": {"crm"}},
-		"/ui/deadletters/bulk": {"filter": {"billing/crm"}, "action": {"discard"}, "confirm": {"yes"}},
+		"/ui/deadletters/bulk": {"filter": {"billing/crm"}, "repair": {"discard"}, "confirm": {"yes"}},
 	} {
 		if a := f.rawPost(path, cookie, form, nil); a.status != http.StatusForbidden {
 			t.Errorf("%s without the CSRF token: %d, want 403", path, a.status)

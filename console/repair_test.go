@@ -173,7 +173,7 @@ func TestDeadLettersAreRepairedInBulkOnceConfirmed(t *testing.T) {
 	}
 
 	bulk := func(action string, extra ...string) url.Values {
-		form := url.Values{"filter": {"billing/crm"}, "action": {action}}
+		form := url.Values{"filter": {"billing/crm"}, "repair": {action}}
 		for i := 0; i < len(extra); i += 2 {
 			form.Set(extra[i], extra[i+1])
 		}
@@ -181,7 +181,7 @@ func TestDeadLettersAreRepairedInBulkOnceConfirmed(t *testing.T) {
 	}
 	ask := f.post("/ui/deadletters/bulk", "", bulk("retry"))
 	contains(t, "a bulk retry", ask, `role="alertdialog"`, "Retry all 3 dead letters of billing/crm?", `name="confirm" value="yes"`,
-		`name="action" value="retry"`, ">Retry all 3</button>", "oldest first")
+		`name="repair" value="retry"`, ">Retry all 3</button>", "oldest first")
 	if dead := f.deadLetters(crm); len(dead) != 3 {
 		t.Fatalf("a bulk retry retried before it was confirmed: %d dead letters left", len(dead))
 	}

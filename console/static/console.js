@@ -63,7 +63,9 @@ document.addEventListener("submit", async (ev) => {
   const body = new URLSearchParams(new FormData(form, submitter));
   for (const b of form.querySelectorAll("button")) b.disabled = true;
   try {
-    const resp = await fetch(form.action, { method: "POST", body, credentials: "same-origin" });
+    // The attribute, not form.action, which a field named "action" would
+    // stand for.
+    const resp = await fetch(form.getAttribute("action"), { method: "POST", body, credentials: "same-origin" });
     if (!swapMain(await resp.text())) plainSubmit(form, submitter);
   } catch (e) {
     plainSubmit(form, submitter);
