@@ -60,8 +60,11 @@ func timeRange(fc *fiber.Ctx) (since, until time.Time, err error) {
 // deadLettersOf words the dead letters q selects.
 func deadLettersOf(q storage.DeadLetterQuery) string {
 	s := "dead letters of every source"
-	if q.Target.Source != "" {
+	switch {
+	case q.Target.Route != "":
 		s = "dead letters of " + q.Target.String()
+	case q.Target.Source != "":
+		s = "dead letters of " + q.Target.Source
 	}
 	switch {
 	case !q.Since.IsZero() && !q.Until.IsZero():

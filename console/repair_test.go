@@ -225,6 +225,10 @@ func TestDeadLettersAreRepairedInBulkOnceConfirmed(t *testing.T) {
 		}
 	}
 	contains(t, "no dead letters left", f.get("/ui/deadletters?filter=billing/crm"), "No dead letters for billing/crm")
+	contains(t, "a bulk retry of a source", f.post("/ui/deadletters/bulk", "", url.Values{"filter": {"billing"}, "repair": {"retry"}}),
+		"There are no dead letters of billing.")
+	contains(t, "a bulk retry of every source", f.post("/ui/deadletters/bulk", "", url.Values{"repair": {"retry"}}),
+		"There are no dead letters of every source.")
 
 	for name, tc := range map[string]struct {
 		path   string
