@@ -313,8 +313,8 @@ func consoleInABrowser(t *testing.T, storage string) {
 	// The billing card shows each route's rate, state, backlog and dead
 	// letters.
 	queues := rows("#src-billing ~ table.queues tbody tr")
-	if want := []string{"invoices no rate limit|closed|0 pending|2|Pause", "crm no rate limit|closed|0 pending|1|Pause",
-		"analytics 50/s, burst 5|closed|0 pending|0|Pause"}; !slices.Equal(queues, want) {
+	if want := []string{"invoices no rate limit closed|0 pending|2|Pause", "crm no rate limit closed|0 pending|1|Pause",
+		"analytics 50/s, burst 5 closed|0 pending|0|Pause"}; !slices.Equal(queues, want) {
 		t.Errorf("overview's billing routes: %q, want %q", queues, want)
 	}
 	if got := text("#src-billing"); !strings.Contains(got, "forwards to 3 routes") {
@@ -394,7 +394,7 @@ func consoleInABrowser(t *testing.T, storage string) {
 	if got := text(".notice"); !strings.Contains(got, "billing/analytics is paused") {
 		t.Errorf("pause says %q", got)
 	}
-	if got := text("#route-billing-analytics td.state"); got != "paused closed" {
+	if got := text("#route-billing-analytics .state"); got != "paused closed" {
 		t.Errorf("a paused route's state reads %q", got)
 	}
 	routeState := func(route string) map[string]any {
