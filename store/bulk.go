@@ -122,6 +122,9 @@ func (s *Store) selectDead(q storage.DeadLetterQuery, page storage.Page) (refs [
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
+			if q.Target.Route != "" && !routeIs(item.Key(), q.Target.Route) {
+				continue // a route of every source: the prefix is all of them
+			}
 			var created, deadAt time.Time
 			err := item.Value(func(b []byte) error {
 				meta, _, err := splitEntry(b)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -93,4 +94,42 @@ func TestRestartKeepsPausesOnly(t *testing.T) {
 	if g, _, err := s.Grant(ctx, "a", other, 5, r, time.Minute); err != nil || g != 3 {
 		t.Errorf("after reopening and resuming, granted %d of a refilled bucket of 3, %v", g, err)
 	}
+}
+
+// A target naming a route and no source is that route of every source.
+func TestListsOfARouteOfEverySource(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	for _, tg := range []forward.Target{{Source: "billing", Route: "a"}, {Source: "billing", Route: "b"}, {Source: "shipping", Route: "a"}} {
+		d := delivery("req", "d", "{}")
+		d.Source, d.Routes = tg.Source, []string{tg.Route}
+		if tg.Route == "b" {
+			d.RequestID = "req-b"
+		}
+		mustDecide(t, s, d)
+	}
+	a := forward.Target{Route: "a"}
+	list := func(what string, get func(context.Context, forward.Target, storage.Page) ([]forward.Entry, string, error)) {
+		t.Helper()
+		entries, next, err := get(ctx, a, storage.Page{})
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.Source+"/"+e.Route)
+		}
+		if err != nil || next != "" || !slices.Equal(got, []string{"billing/a", "shipping/a"}) {
+			t.Errorf("%s of route a: %v, next %q, %v", what, got, next, err)
+		}
+	}
+	list("outbox", s.Outbox)
+	for _, tg := range []forward.Target{{Source: "billing", Route: "a"}, {Source: "billing", Route: "b"}, {Source: "shipping", Route: "a"}} {
+		for _, c := range claimAllOf(t, s, tg) {
+			if err := s.Settle(ctx, c, forward.Result{State: webhookd.ForwardDead, Attempts: 1, Status: 400, At: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	list("dead letters", s.DeadLetters)
+	if res, err := s.RetryDeadLetters(ctx, storage.DeadLetterQuery{Target: a}, storage.Page{}); err != nil || res.Done != 2 || res.Refused != 0 || res.Next != "" {
+		t.Errorf("retry of route a's: %+v, %v; want 2 done", res, err)
+	}
+	list("outbox after the retry", s.Outbox)
 }

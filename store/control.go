@@ -26,12 +26,13 @@ type control struct {
 	pausing sync.Mutex
 }
 
-// apply runs rule on target's state under the lock.
-func (c *control) apply(target forward.Target, rule func(*forward.RouteState)) forward.RouteState {
+// apply runs rule on target's state under the lock, with the time read
+// under it too, so that the states see time in the order they change.
+func (c *control) apply(target forward.Target, clock func() time.Time, rule func(st *forward.RouteState, now time.Time)) forward.RouteState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.states[target]
-	rule(&st)
+	rule(&st, clock())
 	c.states[target] = st
 	return st
 }
@@ -41,8 +42,7 @@ func (s *Store) Grant(ctx context.Context, owner string, target forward.Target, 
 	if err := s.readable(); err != nil {
 		return 0, false, err
 	}
-	now := s.Now()
-	s.control.apply(target, func(st *forward.RouteState) { granted, probe = st.Grant(owner, n, r, now, lease) })
+	s.control.apply(target, s.Now, func(st *forward.RouteState, now time.Time) { granted, probe = st.Grant(owner, n, r, now, lease) })
 	return granted, probe, nil
 }
 
@@ -51,7 +51,7 @@ func (s *Store) Release(ctx context.Context, owner string, target forward.Target
 	if err := s.readable(); err != nil {
 		return err
 	}
-	s.control.apply(target, func(st *forward.RouteState) { st.Release(owner, unused, probe, r) })
+	s.control.apply(target, s.Now, func(st *forward.RouteState, _ time.Time) { st.Release(owner, unused, probe, r) })
 	return nil
 }
 
@@ -60,8 +60,7 @@ func (s *Store) Report(ctx context.Context, target forward.Target, up bool, b fo
 	if err := s.readable(); err != nil {
 		return state, false, err
 	}
-	now := s.Now()
-	state = s.control.apply(target, func(st *forward.RouteState) { counted = st.Report(up, b, now) })
+	state = s.control.apply(target, s.Now, func(st *forward.RouteState, now time.Time) { counted = st.Report(up, b, now) })
 	return state, counted, nil
 }
 
@@ -81,7 +80,7 @@ func (s *Store) Pause(ctx context.Context, target forward.Target, paused bool) e
 	if err != nil {
 		return fmt.Errorf("pause %s: %w", target, err)
 	}
-	s.control.apply(target, func(st *forward.RouteState) { st.Paused = paused })
+	s.control.apply(target, s.Now, func(st *forward.RouteState, _ time.Time) { st.Paused = paused })
 	return nil
 }
 

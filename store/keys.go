@@ -73,6 +73,13 @@ func deadKeyParts(key []byte) (forward.Target, string) {
 	return forward.Target{Source: source, Route: route}, requestID
 }
 
+// routeIs says whether a dead letter's key is of route.
+func routeIs(key []byte, route string) bool {
+	_, rest, _ := bytes.Cut(key[1:], []byte{0})
+	r, _, _ := bytes.Cut(rest, []byte{0})
+	return string(r) == route
+}
+
 // forwardKey is the key of the forward status, on route, of the receipt
 // of requestID first seen at firstSeen. The status can outlive its
 // receipt (see setForward), and a later receipt under the same request ID

@@ -182,6 +182,9 @@ func (s *Store) DeadLetters(ctx context.Context, target forward.Target, page sto
 		defer it.Close()
 		var last []byte
 		for it.Seek(from); it.Valid(); it.Next() {
+			if target.Route != "" && !routeIs(it.Item().Key(), target.Route) {
+				continue // a route of every source: the prefix is all of them
+			}
 			if len(entries) == limit {
 				next = encodeCursor(cursorDead, last)
 				return nil
