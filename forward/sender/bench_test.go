@@ -15,6 +15,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store"
 )
 
@@ -77,7 +78,7 @@ func BenchmarkForward(b *testing.B) {
 		b.Fatal(err)
 	}
 	if got := received.Load(); got != int64(b.N) {
-		dead, _ := s.DeadLetters(ctx, forward.Target{})
+		dead, _, _ := s.DeadLetters(ctx, forward.Target{}, storage.Page{})
 		b.Fatalf("downstream received %d requests, want %d; %d dead letters", got, b.N, len(dead))
 	}
 }

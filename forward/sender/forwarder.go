@@ -229,8 +229,17 @@ type route struct {
 	probing bool
 	// known is the route's state as this forwarder last saw it: read on
 	// every poll, and returned by each report. It says how long a held
-	// route waits, and whether a success needs reporting.
+	// route waits.
 	known forward.RouteState
+
+	// reporting serialises this forwarder's reports on the route, so that
+	// dirty follows the order in which the store applied them.
+	reporting sync.Mutex
+	// dirty says the stored state may hold what a success resets: a run
+	// of failures, an open breaker. A poll only ever sets it, as a report
+	// may have changed the state since the poll read it; a report's
+	// answer sets it either way.
+	dirty bool
 }
 
 // lease is how long this route's claims last.
@@ -321,6 +330,9 @@ func (f *Forwarder) readStates() {
 	f.stateLog.OK("route states read again")
 	for target, r := range f.routes {
 		r.known = states[target]
+		r.reporting.Lock()
+		r.dirty = r.dirty || !clean(r.known)
+		r.reporting.Unlock()
 	}
 }
 
@@ -405,7 +417,7 @@ func (f *Forwarder) claim() {
 			f.hold(r, now, free-granted)
 		}
 		r.probing = probe && len(claims) > 0 // a probe is a grant of one send
-		j := job{probe: r.probing, clean: clean(r.known)}
+		j := job{probe: r.probing}
 		for _, c := range claims {
 			r.inflight++
 			f.jobs++
@@ -468,10 +480,7 @@ func (f *Forwarder) work(r *route, c forward.Claim, j job) {
 
 // job is what one claim's attempt knows of its route, and learns.
 type job struct {
-	probe bool // it carries the route's probe
-	// clean says the route's state, as the forwarder knew it when the job
-	// started, holds nothing a success would reset.
-	clean bool
+	probe bool                // it carries the route's probe
 	state *forward.RouteState // after the attempt's report
 }
 
@@ -602,12 +611,15 @@ func (f *Forwarder) attempt(r *route, e *forward.Entry, j *job) (res forward.Res
 
 // report tells the route's state whether the downstream answered (up),
 // and returns whether a failure counts against its entry. A success is
-// reported only when it changes something: it ends a probe, or a run of
-// failures this forwarder knows of; a failure only when the breaker is on,
-// or its state may be left over from when it was. When the report fails,
-// the failure counts, as it would without a breaker.
+// reported only when it may change something: it ends a probe, or a run
+// of failures this forwarder knows of, so that a healthy route costs no
+// write per delivery; a failure only when the breaker is on, or its
+// state may be left over from when it was. When the report fails, the
+// failure counts, as it would without a breaker.
 func (f *Forwarder) report(r *route, up bool, j *job) (counted bool) {
-	if !j.probe && j.clean && (up || r.Breaker.Failures <= 0) {
+	r.reporting.Lock()
+	defer r.reporting.Unlock()
+	if !j.probe && !r.dirty && (up || r.Breaker.Failures <= 0) {
 		return true
 	}
 	state, counted, err := f.control.Report(f.ctx, r.target, up, r.Breaker)
@@ -616,6 +628,7 @@ func (f *Forwarder) report(r *route, up bool, j *job) (counted bool) {
 		return true
 	}
 	f.reportLog.OK("route states reported again")
+	r.dirty = !clean(state)
 	j.state = &state
 	return counted
 }

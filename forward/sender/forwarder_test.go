@@ -230,7 +230,7 @@ func delivered(t *testing.T, s backend, requestID string) func() bool {
 
 func outboxEmpty(t *testing.T, s backend) func() bool {
 	return func() bool {
-		entries, err := s.Outbox(ctx, forward.Target{})
+		entries, _, err := s.Outbox(ctx, forward.Target{}, storage.Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -422,7 +422,7 @@ func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 	if n := len(down.all()); n != 1 {
 		t.Errorf("a 400 was tried %d times, want 1", n)
 	}
-	dead, err := s.DeadLetters(ctx, forward.Target{Source: "billing"})
+	dead, _, err := s.DeadLetters(ctx, forward.Target{Source: "billing"}, storage.Page{})
 	if err != nil || len(dead) != 1 {
 		t.Fatalf("dead letters = %v, %v", dead, err)
 	}
@@ -440,7 +440,7 @@ func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 	if f := status(t, s, "billing", "req-1"); f.State != webhookd.ForwardDiscarded || f.Attempts != 1 || f.LastStatus != 400 || f.LastError == "" {
 		t.Errorf("after discard the receipt says %+v, want discarded with the attempt that failed", f)
 	}
-	if dead, _ := s.DeadLetters(ctx, forward.Target{}); len(dead) != 0 {
+	if dead, _, _ := s.DeadLetters(ctx, forward.Target{}, storage.Page{}); len(dead) != 0 {
 		t.Errorf("dead letters after discard: %d", len(dead))
 	}
 }
@@ -486,7 +486,7 @@ func TestFailedAttemptsQuoteTheAnswer(t *testing.T) {
 			}
 			release <- struct{}{}
 			eventually(t, "dead letter", func() bool { return status(t, s, "billing", "req-1").State == webhookd.ForwardDead })
-			dead, err := s.DeadLetters(ctx, forward.Target{Source: "billing"})
+			dead, _, err := s.DeadLetters(ctx, forward.Target{Source: "billing"}, storage.Page{})
 			if err != nil || len(dead) != 1 {
 				t.Fatalf("dead letters = %+v, %v", dead, err)
 			}
@@ -524,7 +524,7 @@ func TestEntryOutlivingItsPayloadIsNotSent(t *testing.T) {
 	}
 	start(t, s, map[forward.Target]sender.Route{target("billing"): r})
 	eventually(t, "empty outbox", outboxEmpty(t, s))
-	dead, err := s.DeadLetters(ctx, forward.Target{Source: "billing"})
+	dead, _, err := s.DeadLetters(ctx, forward.Target{Source: "billing"}, storage.Page{})
 	if err != nil || len(dead) != versions {
 		t.Fatalf("dead letters = %+v, %v", dead, err)
 	}
@@ -760,7 +760,7 @@ func TestCloseAbandonsInFlightAndKeepsTheEntry(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the downstream's connection was not closed")
 	}
-	entries, _ := s.Outbox(ctx, forward.Target{})
+	entries, _, _ := s.Outbox(ctx, forward.Target{}, storage.Page{})
 	if len(entries) != 1 || entries[0].Attempts != 0 {
 		t.Errorf("outbox after abandoned shutdown = %+v, want the entry untouched", entries)
 	}
@@ -818,7 +818,7 @@ func TestEntryWhosePayloadExpiredIsDeadLettered(t *testing.T) {
 	if n := len(down.all()); n != 0 {
 		t.Errorf("the downstream got %d requests for an entry without a payload", n)
 	}
-	dead, err := b.DeadLetters(ctx, forward.Target{Source: "billing"})
+	dead, _, err := b.DeadLetters(ctx, forward.Target{Source: "billing"}, storage.Page{})
 	if err != nil || len(dead) != 1 {
 		t.Fatalf("dead letters = %v, %v", dead, err)
 	}
@@ -888,7 +888,7 @@ func TestEntriesOfARouteNotConfiguredAreDeadLettered(t *testing.T) {
 		{forward.Target{Source: "billing", Route: "old"}, 1, `source "billing" has no route "old" in the configuration`},
 		{target("billing"), 0, ""},
 	} {
-		dead, err := s.DeadLetters(ctx, tc.target)
+		dead, _, err := s.DeadLetters(ctx, tc.target, storage.Page{})
 		if err != nil || len(dead) != tc.dead {
 			t.Fatalf("%s: dead letters = %+v, %v; want %d", tc.target, dead, err, tc.dead)
 		}
@@ -1027,7 +1027,7 @@ func TestFailingRouteHoldsUpNoOtherRoute(t *testing.T) {
 			if p := pending(t, s)[forward.Target{Source: "billing", Route: "audit"}]; p != resources*versions {
 				t.Errorf("the failing route has %d pending, want %d", p, resources*versions)
 			}
-			dead, err := s.DeadLetters(ctx, forward.Target{Source: "billing"})
+			dead, _, err := s.DeadLetters(ctx, forward.Target{Source: "billing"}, storage.Page{})
 			if err != nil || len(dead) != 0 {
 				t.Errorf("dead letters = %+v, %v; want none", dead, err)
 			}

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
@@ -290,5 +293,39 @@ func TestPauseHoldsAndResumeDrainsInOrder(t *testing.T) {
 	}
 	if n := len(ledgerDown.delivered()); n != resources*versions {
 		t.Errorf("ledger got %d, want %d", n, resources*versions)
+	}
+}
+
+// A success ends a run of failures: a downstream failing two requests in
+// three never fails three in a row, so a breaker that opens on three never
+// opens, though most attempts fail.
+func TestSuccessesEndARunOfFailures(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	down := newDownstream(t, func(_ *http.Request, n int) int {
+		if n%3 == 0 {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	})
+	r := route(down.URL)
+	r.Concurrency = 1 // the downstream's answers come in the order of the reports
+	r.Policy = forward.RetryPolicy{MaxAttempts: 10, Initial: time.Millisecond, Max: time.Millisecond}
+	r.Breaker = forward.Breaker{Failures: 3, Cooldown: time.Hour, MaxCooldown: time.Hour}
+	const entries = 10
+	for i := range entries {
+		accept(t, s, "billing", fmt.Sprint("req-", i), "", 0)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	f := sender.New(s, map[forward.Target]sender.Route{target("billing"): r}, zap.New(core))
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	eventually(t, "every entry delivered", func() bool { return len(down.delivered()) == entries })
+	if n := logs.FilterMessageSnippet("circuit breaker is open").Len(); n != 0 {
+		t.Errorf("the breaker opened %d times, though no three failures came in a row", n)
+	}
+	if n := len(down.all()); n != 3*entries {
+		t.Errorf("downstream got %d requests, want %d", n, 3*entries)
 	}
 }
