@@ -153,6 +153,7 @@ func (s *Server) handleGetReceipt(c *fiber.Ctx) error {
 	return c.JSON(viewReceipt(r))
 }
 
+// viewReceipt is r as the admin API shows it, alone or in a list.
 func viewReceipt(r *dedupe.Receipt) receiptView {
 	return receiptView{Receipt: r, ResidualRisk: r.ResidualRisk()}
 }
@@ -393,8 +394,8 @@ func (s *Server) handleDiscardDeadLetter(c *fiber.Ctx) error {
 }
 
 // bulkPage is how many dead letters one transaction of a bulk repair
-// takes: large enough that ten thousand take a few seconds, small enough
-// that no transaction holds its locks for long.
+// takes: enough that a night's dead letters take a handful of
+// transactions, few enough that none holds its locks for long.
 const bulkPage = 500
 
 // bulkRepair runs a bulk repair of the dead letters ?source=, ?route=,
