@@ -24,12 +24,15 @@ import (
 )
 
 // Records is what the console reads and repairs: the admin API's
-// records, the store's readiness, and the queues' depths by route.
+// records, the store's readiness, the queues' depths by route, and the
+// routes' states, which it pauses and resumes.
 type Records interface {
 	storage.Records
 	Ready() error
 	Pending(ctx context.Context) (map[forward.Target]int, error)
 	DeadLetterCounts() (map[forward.Target]int, error)
+	RouteStates(ctx context.Context) (map[forward.Target]forward.RouteState, error)
+	Pause(ctx context.Context, target forward.Target, paused bool) error
 }
 
 // Usage is the disk a store takes, and the room it has left where that
@@ -71,13 +74,32 @@ func (NoDisk) Usage(context.Context) (Usage, error) {
 // Source is a configured source, as the console lists it.
 type Source struct {
 	Name string
-	// Routes names the source's routes, in configuration order; none when
+	// Routes are the source's routes, in configuration order; none when
 	// the source only records decisions.
-	Routes []string
+	Routes []Route
+}
+
+// Route is a configured route of a source, with its rate limit as the
+// configuration gives it: Rate "N/s" or "N/m", "" for none, and Burst, 0
+// for the default.
+type Route struct {
+	Name  string
+	Rate  string
+	Burst int
 }
 
 // Forwards says whether the source has routes.
 func (s Source) Forwards() bool { return len(s.Routes) > 0 }
+
+// Route returns s's route of that name, nil when s has none.
+func (s Source) Route(name string) *Route {
+	for i := range s.Routes {
+		if s.Routes[i].Name == name {
+			return &s.Routes[i]
+		}
+	}
+	return nil
+}
 
 //go:embed templates static
 var files embed.FS
@@ -148,7 +170,11 @@ func newConsole(token string, sources []Source, receiptTTL time.Duration, record
 	ui.Get("/deadletters", c.handleDeadLetters)
 	ui.Post("/deadletters/retry", c.handleRetry)
 	ui.Post("/deadletters/discard", c.handleDiscard)
+	ui.Post("/deadletters/bulk", c.handleBulk)
 	ui.Get("/outbox", c.handleOutbox)
+	ui.Get("/receipts", c.handleReceipts)
+	ui.Post("/routes/pause", c.handlePause)
+	ui.Post("/routes/resume", c.handleResume)
 	c.handler = app.Handler()
 	return c
 }
@@ -246,10 +272,7 @@ func (c *Console) render(fc *fiber.Ctx, status int, name string, p page) error {
 	if !ok {
 		return webhookd.Errorf(webhookd.EINTERNAL, "no page %s", name)
 	}
-	p.Sources, p.Now = c.sources, c.now()
-	if cred := credential(fc); cred != "" {
-		p.CSRF = c.auth.csrf(cred)
-	}
+	p.Sources, p.Now, p.CSRF = c.sources, c.now(), c.csrfOf(fc)
 	var b bytes.Buffer
 	if err := t.ExecuteTemplate(&b, "layout", p); err != nil {
 		return webhookd.Errorf(webhookd.EINTERNAL, "render %s: %v", name, err)
@@ -257,6 +280,15 @@ func (c *Console) render(fc *fiber.Ctx, status int, name string, p page) error {
 	fc.Status(status)
 	fc.Set(fiber.HeaderContentType, fiber.MIMETextHTMLCharsetUTF8)
 	return fc.Send(b.Bytes())
+}
+
+// csrfOf is the CSRF token the forms of fc's answer carry, "" before a
+// login.
+func (c *Console) csrfOf(fc *fiber.Ctx) string {
+	if cred := credential(fc); cred != "" {
+		return c.auth.csrf(cred)
+	}
+	return ""
 }
 
 // statusOf is the admin API's status for each error code the console's

@@ -20,6 +20,7 @@ import (
 	"github.com/webhookd/webhookd/dedupe"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/forward/sender"
+	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store"
 	"github.com/webhookd/webhookd/versioning"
 )
@@ -75,7 +76,7 @@ func (c *counter) count(key string) int {
 // sources: billing forwards to two routes, crm, which dead-letters at its
 // first refusal, and warehouse, whose downstream takes everything; ledger
 // forwards to one route and retries for an hour; audit records only.
-var sources = []Source{{Name: "billing", Routes: []string{"crm", "warehouse"}}, {Name: "ledger", Routes: []string{"default"}}, {Name: "audit"}}
+var sources = []Source{{Name: "billing", Routes: []Route{{Name: "crm", Rate: "50/s", Burst: 10}, {Name: "warehouse"}}}, {Name: "ledger", Routes: []Route{{Name: "default", Rate: "30/m"}}}, {Name: "audit"}}
 
 var (
 	crm       = forward.Target{Source: "billing", Route: "crm"}
@@ -130,7 +131,9 @@ func (f *fixture) deliver(source, requestID, deliveryID, resource, version strin
 	var routes []string
 	for _, s := range sources {
 		if s.Name == source {
-			routes = s.Routes
+			for _, r := range s.Routes {
+				routes = append(routes, r.Name)
+			}
 		}
 	}
 	return f.decide(webhookd.Delivery{Source: source, RequestID: requestID, DeliveryID: deliveryID, Resource: resource, Version: version,
@@ -178,6 +181,24 @@ func (f *fixture) waitForward(target forward.Target, requestID string, state web
 			f.t.Fatalf("%s/%s never became %s: %+v %v", target, requestID, state, r, err)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// deadLetters reads every dead letter of target, a page at a time.
+func (f *fixture) deadLetters(target forward.Target) []forward.Entry {
+	f.t.Helper()
+	var all []forward.Entry
+	page := storage.Page{}
+	for {
+		dead, next, err := f.store.DeadLetters(context.Background(), target, page)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		all = append(all, dead...)
+		if next == "" {
+			return all
+		}
+		page.Cursor = next
 	}
 }
 
@@ -397,7 +418,18 @@ func TestPostsNeedTheCSRFTokenAndTheSameOrigin(t *testing.T) {
 			t.Errorf("%s: %d, want 403", name, a.status)
 		}
 	}
-	if dead, _ := f.store.DeadLetters(context.Background(), crm); len(dead) != 1 {
+	for path, form := range map[string]url.Values{
+		"/ui/routes/pause":     {"source": {"billing"}, "route": {"crm"}},
+		"/ui/deadletters/bulk": {"filter": {"billing/crm"}, "repair": {"discard"}, "confirm": {"yes"}},
+	} {
+		if a := f.rawPost(path, cookie, form, nil); a.status != http.StatusForbidden {
+			t.Errorf("%s without the CSRF token: %d, want 403", path, a.status)
+		}
+	}
+	if states, err := f.store.RouteStates(context.Background()); err != nil || states[crm].Paused {
+		t.Fatalf("a refused POST paused a route: %+v %v", states, err)
+	}
+	if dead := f.deadLetters(crm); len(dead) != 1 {
 		t.Fatalf("a refused POST changed the dead letters: %v", dead)
 	}
 	if a := f.rawPost("/ui/logout", cookie, url.Values{}, nil); a.status != http.StatusForbidden {
@@ -452,6 +484,7 @@ func TestEmptyPagesSayWhatToDo(t *testing.T) {
 		"/ui/":            {"No deliveries in the last 15 minutes", "ready", "records only"},
 		"/ui/tail":        {"Nothing yet", `data-stream="/ui/tail/events?source=&amp;decision=&amp;after=0"`},
 		"/ui/receipt":     {"type its request ID"},
+		"/ui/receipts":    {"No receipts yet", `<option value="">every source</option>`},
 		"/ui/resource":    {"type the resource"},
 		"/ui/deadletters": {"No dead letters", "max_attempts"},
 		"/ui/outbox":      {"The outbox is empty"},
@@ -612,7 +645,7 @@ func TestRepairsAnswerInPlace(t *testing.T) {
 	contains(t, "discard", ask, `role="alertdialog"`, "Discard billing / crm / <span class=\"mono\">req-2</span>?", `name="confirm" value="yes"`,
 		`name="route" value="crm"`, "Removes this dead letter: nothing more is sent.",
 		"Its receipt stays, marked discarded on route crm, and Redeliver to crm on the receipt can send the request again")
-	if dead, _ := f.store.DeadLetters(context.Background(), crm); len(dead) != 2 {
+	if dead := f.deadLetters(crm); len(dead) != 2 {
 		t.Fatalf("a discard discarded before it was confirmed: %d dead letters left", len(dead))
 	}
 	if strings.Contains(ask.body, "cannot be undone") || strings.Contains(ask.body, "payload is dropped") {
@@ -632,7 +665,7 @@ func TestRepairsAnswerInPlace(t *testing.T) {
 			t.Errorf("asked to confirm the discard of no dead letter (%v): %d", form, a.status)
 		}
 	}
-	if dead, _ := f.store.DeadLetters(context.Background(), crm); len(dead) != 1 {
+	if dead := f.deadLetters(crm); len(dead) != 1 {
 		t.Errorf("%d dead letters of crm left, want req-1's", len(dead))
 	}
 
@@ -833,47 +866,75 @@ func TestTheQueueFilterNamesSourcesAndRoutes(t *testing.T) {
 			t.Errorf("parseTarget(%q) = %v, want %v", filter, got, want)
 		}
 	}
-	ts := targets(sources, "q", "billing/crm")
-	var got []string
-	for _, g := range ts.Groups {
-		for _, o := range g.Options {
-			got = append(got, fmt.Sprintf("%s|%s=%s %v", g.Label, o.Label, o.Value, o.Selected))
+	offers := func(ts targetSelect) []string {
+		var got []string
+		for _, g := range ts.Groups {
+			for _, o := range g.Options {
+				got = append(got, fmt.Sprintf("%s|%s=%s %v", g.Label, o.Label, o.Value, o.Selected))
+			}
 		}
+		return got
 	}
 	want := []string{
 		"billing|billing: every route=billing false", "billing|billing / crm=billing/crm true", "billing|billing / warehouse=billing/warehouse false",
 		"ledger|ledger: every route=ledger false", "ledger|ledger / default=ledger/default false",
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("the filter offers %q, want %q", got, want)
+	if got := offers(targets(sources, "q", "billing/crm", false)); !slices.Equal(got, want) {
+		t.Errorf("the queues' filter offers %q, want %q", got, want)
 	}
-	gone := targets(sources, "q", "billing/old")
+	// The receipts' filter offers the sources that only record too.
+	if got := offers(targets(sources, "q", "billing/crm", true)); !slices.Equal(got, append(want, "|audit=audit false")) {
+		t.Errorf("the receipts' filter offers %q, want %q and audit", got, want)
+	}
+	gone := targets(sources, "q", "billing/old", false)
 	last := gone.Groups[len(gone.Groups)-1]
 	if last.Label != "not configured" || len(last.Options) != 1 || last.Options[0] != (targetOption{Value: "billing/old", Label: "billing / old", Selected: true}) {
 		t.Errorf("a filter naming a route no longer configured: %+v", last)
 	}
 }
 
-func TestTheOverviewCountsEachRoute(t *testing.T) {
-	pending := map[forward.Target]int{crm: 3, {Source: "billing", Route: "old"}: 1, ledger: 2}
-	dead := map[forward.Target]int{warehouse: 4, {Source: "billing", Route: "older"}: 5}
-	got := routeQueuesOf(sources[0], pending, dead, true)
-	want := []routeQueues{
-		{Route: "crm", Filter: "billing/crm", Outbox: 3},
-		{Route: "warehouse", Filter: "billing/warehouse", Dead: 4},
+func TestTheOverviewSummarisesEachRoute(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	facts := routeFacts{
+		pending: map[forward.Target]int{crm: 3, {Source: "billing", Route: "old"}: 1, ledger: 2},
+		dead:    map[forward.Target]int{warehouse: 4, {Source: "billing", Route: "older"}: 5},
+		states: map[forward.Target]forward.RouteState{
+			crm:       {Paused: true, Circuit: forward.Open, OpenUntil: now.Add(time.Minute)},
+			warehouse: {Circuit: forward.Open, OpenUntil: now.Add(-time.Second)},
+			ledger:    {Circuit: forward.HalfOpen},
+		},
+	}
+	got := facts.of(sources[0], now)
+	want := []routeSummary{
+		{Route: "crm", Filter: "billing/crm", Outbox: 3, Rate: "50/s, burst 10", State: &routeState{Paused: true, Circuit: forward.Open, OpenUntil: now.Add(time.Minute)}},
+		{Route: "warehouse", Filter: "billing/warehouse", Dead: 4, Rate: "no rate limit", State: &routeState{Circuit: forward.Open, OpenUntil: now.Add(-time.Second), CooledDown: true}},
 		{Route: "old", Filter: "billing/old", Outbox: 1, Gone: true},
 		{Route: "older", Filter: "billing/older", Dead: 5, Gone: true},
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("billing's queues: %+v, want %+v", got, want)
+	if len(got) != len(want) {
+		t.Fatalf("billing's routes: %+v, want %+v", got, want)
 	}
-	for _, q := range routeQueuesOf(sources[1], nil, nil, false) {
-		if q.Outbox != -1 || q.Dead != -1 {
-			t.Errorf("counts not read are shown as %d and %d", q.Outbox, q.Dead)
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Route != w.Route || g.Filter != w.Filter || g.Outbox != w.Outbox || g.Dead != w.Dead || g.Gone != w.Gone || g.Rate != w.Rate ||
+			(g.State == nil) != (w.State == nil) || g.State != nil && *g.State != *w.State {
+			t.Errorf("billing's route %d: %+v %+v, want %+v %+v", i, g, g.State, w, w.State)
 		}
 	}
-	if q := routeQueuesOf(sources[2], pending, dead, true); len(q) != 0 {
-		t.Errorf("a source without routes has queues %+v", q)
+	led := facts.of(sources[1], now)
+	if len(led) != 1 || led[0].Rate != "30/m" || *led[0].State != (routeState{Circuit: forward.HalfOpen}) {
+		t.Errorf("ledger's route: %+v", led)
+	}
+	for _, r := range (routeFacts{}).of(sources[1], now) {
+		if r.Outbox != -1 || r.Dead != -1 || r.State != nil {
+			t.Errorf("what was not read is shown as %d, %d and %+v", r.Outbox, r.Dead, r.State)
+		}
+	}
+	if r := (routeFacts{states: map[forward.Target]forward.RouteState{}}).of(sources[1], now); *r[0].State != (routeState{Circuit: forward.Closed}) {
+		t.Errorf("a route without a stored state is %+v, want closed", r[0].State)
+	}
+	if r := facts.of(sources[2], now); len(r) != 0 {
+		t.Errorf("a source without routes has routes %+v", r)
 	}
 }
 

@@ -1,8 +1,6 @@
 package console
 
 import (
-	"cmp"
-	"context"
 	"slices"
 	"strings"
 	"time"
@@ -15,9 +13,6 @@ import (
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/versioning"
 )
-
-// maxRows bounds the entries a dead letter or outbox table shows.
-const maxRows = 500
 
 // form returns a form or query value, copied: Fiber's point into the
 // request buffer, which outlives neither the handler nor the next request.
@@ -65,25 +60,15 @@ type metric struct {
 // sourceStats is one source on the overview.
 type sourceStats struct {
 	Source
-	Unknown bool // the requests to no configured source
-	Intake  []metric
-	Reasons []reasonCount
-	Forward []metric
-	Latency metric // mean forward attempt per minute, in µs
-	Mean    time.Duration
-	Slowest time.Duration
-	Queues  []routeQueues
-}
-
-// routeQueues is one route's outbox and dead letters on the overview.
-type routeQueues struct {
-	Route  string
-	Filter string // the queue pages' filter that shows this route
-	Outbox int    // -1: not known
-	Dead   int    // -1: not known
-	// Gone says the configuration no longer has the route: nothing
-	// forwards its entries (the forwarder dead-letters them).
-	Gone bool
+	Unknown   bool // the requests to no configured source
+	Intake    []metric
+	Reasons   []reasonCount
+	Forward   []metric
+	Latency   metric // mean forward attempt per minute, in µs
+	Mean      time.Duration
+	Slowest   time.Duration
+	RouteRows []routeSummary
+	CSRF      string // for the routes' pause and resume
 }
 
 type reasonCount struct {
@@ -98,11 +83,18 @@ type overview struct {
 	Usage   *Usage
 	NoUsage string
 	Queues  string // why outbox and dead letters are not known, or ""
+	States  string // why the routes' states are not known, or ""
 	Quiet   bool   // nothing at all in the window
 	Forward bool   // some source forwards
 }
 
 func (c *Console) handleOverview(fc *fiber.Ctx) error {
+	return c.overview(fc, fiber.StatusOK, nil)
+}
+
+// overview renders the overview, with the notice of an action taken on
+// it.
+func (c *Console) overview(fc *fiber.Ctx, status int, n *notice) error {
 	ctx := fc.UserContext()
 	counts := c.counts()
 	ov := overview{Ready: c.records.Ready(), Quiet: true}
@@ -111,16 +103,15 @@ func (c *Console) handleOverview(fc *fiber.Ctx) error {
 	} else {
 		ov.NoUsage = err.Error()
 	}
-	pending, err := c.records.Pending(ctx)
-	var dead map[forward.Target]int
-	if err == nil {
-		dead, err = c.records.DeadLetterCounts()
+	facts, queuesErr, statesErr := c.readRoutes(ctx)
+	if queuesErr != nil {
+		ov.Queues = webhookd.ErrorMessage(queuesErr)
 	}
-	if err != nil {
-		ov.Queues = webhookd.ErrorMessage(err)
+	if statesErr != nil {
+		ov.States = webhookd.ErrorMessage(statesErr)
 	}
 	stats := func(s Source, ct *Counts) sourceStats {
-		st := sourceStats{Source: s}
+		st := sourceStats{Source: s, CSRF: c.csrfOf(fc)}
 		for i, name := range decisions[:4] {
 			st.Intake = append(st.Intake, metric{Name: name, Row: ct.Decisions[i], Total: total(ct.Decisions[i])})
 		}
@@ -143,7 +134,7 @@ func (c *Console) handleOverview(fc *fiber.Ctx) error {
 				ov.Quiet = false
 			}
 		}
-		st.Queues = routeQueuesOf(s, pending, dead, ov.Queues == "")
+		st.RouteRows = facts.of(s, c.now())
 		return st
 	}
 	for _, s := range c.sources {
@@ -155,39 +146,7 @@ func (c *Console) handleOverview(fc *fiber.Ctx) error {
 		st.Unknown, st.Intake = true, st.Intake[len(st.Intake)-1:] // nothing but refusals
 		ov.Unknown = &st
 	}
-	return c.render(fc, fiber.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: ov})
-}
-
-// routeQueuesOf returns the outbox and dead letters of each of s's routes,
-// in configuration order, then those of routes the configuration no longer
-// has that still hold entries. known is false when the counts could not be
-// read.
-func routeQueuesOf(s Source, pending, dead map[forward.Target]int, known bool) []routeQueues {
-	var out []routeQueues
-	add := func(route string, gone bool) {
-		q := routeQueues{Route: route, Filter: forward.Target{Source: s.Name, Route: route}.String(), Outbox: -1, Dead: -1, Gone: gone}
-		if known {
-			t := forward.Target{Source: s.Name, Route: route}
-			q.Outbox, q.Dead = pending[t], dead[t]
-		}
-		out = append(out, q)
-	}
-	for _, r := range s.Routes {
-		add(r, false)
-	}
-	var gone []string
-	for _, m := range []map[forward.Target]int{pending, dead} {
-		for t := range m {
-			if t.Source == s.Name && !slices.Contains(s.Routes, t.Route) && !slices.Contains(gone, t.Route) {
-				gone = append(gone, t.Route)
-			}
-		}
-	}
-	slices.Sort(gone)
-	for _, r := range gone {
-		add(r, true)
-	}
-	return out
+	return c.render(fc, status, "overview", page{Title: "Overview", Nav: "overview", Notice: n, Data: ov})
 }
 
 type tailPage struct {
@@ -274,7 +233,7 @@ func (c *Console) showReceipt(fc *fiber.Ctx, status int, n *notice) error {
 			}
 		}
 	}
-	return c.render(fc, status, "receipt", page{Title: "Receipt", Nav: "receipt", Notice: n, Data: rp})
+	return c.render(fc, status, "receipt", page{Title: "Receipt", Nav: "receipts", Notice: n, Data: rp})
 }
 
 // redeliverable says whether the admin API would take a redelivery of r to
@@ -354,168 +313,4 @@ func (c *Console) handleResource(fc *fiber.Ctx) error {
 		}
 	}
 	return c.render(fc, status, "resource", page{Title: "Resource", Nav: "resource", Data: rp})
-}
-
-// queuePage is the dead letters or the outbox, one table per source.
-type queuePage struct {
-	Dead bool
-	// Filter is the target shown, as the page's filter names it: source,
-	// source/route, or "" for every source.
-	Filter  string
-	Groups  []entryGroup
-	Confirm *discardConfirm // the dead letter a discard asks to confirm
-	Forward bool            // some source forwards
-}
-
-// discardConfirm is a dead letter about to be discarded, and what
-// discarding it leaves, in words.
-type discardConfirm struct {
-	forward.Entry
-	After string
-}
-
-type entryGroup struct {
-	Source  string
-	Entries []forward.Entry
-	Total   int
-	Hidden  int // entries past maxRows
-}
-
-// parseTarget reads a queue page's filter: source, source/route, or ""
-// for every source. Source and route names have no '/'.
-func parseTarget(filter string) forward.Target {
-	source, route, _ := strings.Cut(filter, "/")
-	return forward.Target{Source: source, Route: route}
-}
-
-func (c *Console) queue(fc *fiber.Ctx, dead bool, status int, n *notice, confirm *discardConfirm) error {
-	qp := queuePage{Dead: dead, Filter: form(fc, "filter"), Confirm: confirm}
-	list, nav, title := c.records.Outbox, "outbox", "Outbox"
-	if dead {
-		list, nav, title = c.records.DeadLetters, "deadletters", "Dead letters"
-	}
-	entries, err := list(fc.UserContext(), parseTarget(qp.Filter))
-	if err != nil {
-		return err
-	}
-	slices.SortStableFunc(entries, func(a, b forward.Entry) int { return cmp.Compare(a.Source, b.Source) })
-	for _, e := range entries {
-		if len(qp.Groups) == 0 || qp.Groups[len(qp.Groups)-1].Source != e.Source {
-			qp.Groups = append(qp.Groups, entryGroup{Source: e.Source})
-		}
-		g := &qp.Groups[len(qp.Groups)-1]
-		g.Total++
-		if len(g.Entries) < maxRows {
-			g.Entries = append(g.Entries, e)
-		} else {
-			g.Hidden++
-		}
-	}
-	for _, s := range c.sources {
-		qp.Forward = qp.Forward || s.Forwards()
-	}
-	return c.render(fc, status, "queue", page{Title: title, Nav: nav, Notice: n, Data: qp})
-}
-
-func (c *Console) handleDeadLetters(fc *fiber.Ctx) error {
-	return c.queue(fc, true, fiber.StatusOK, nil, nil)
-}
-
-func (c *Console) handleOutbox(fc *fiber.Ctx) error {
-	return c.queue(fc, false, fiber.StatusOK, nil, nil)
-}
-
-// deadLetterOf reads the dead letter a retry or discard form names: its
-// target and request ID.
-func deadLetterOf(fc *fiber.Ctx) (forward.Target, string) {
-	return forward.Target{Source: form(fc, "source"), Route: form(fc, "route")}, form(fc, "request_id")
-}
-
-func (c *Console) handleRetry(fc *fiber.Ctx) error {
-	target, id := deadLetterOf(fc)
-	if err := c.records.RetryDeadLetter(fc.UserContext(), target, id); err != nil {
-		return c.queue(fc, true, statusOf(err), &notice{Text: "Not retried: " + webhookd.ErrorMessage(err)}, nil)
-	}
-	return c.queue(fc, true, fiber.StatusAccepted, &notice{OK: true, Text: target.String() + "/" + id + " is back in the outbox, with its attempts reset."}, nil)
-}
-
-// handleDiscard asks first: without confirm=yes it shows the dead letter,
-// what discarding it leaves, and a button that discards it.
-func (c *Console) handleDiscard(fc *fiber.Ctx) error {
-	target, id := deadLetterOf(fc)
-	if fc.FormValue("confirm") != "yes" {
-		confirm, err := c.discarding(fc.UserContext(), target, id)
-		if err != nil {
-			return c.queue(fc, true, statusOf(err), &notice{Text: "Not discarded: " + webhookd.ErrorMessage(err)}, nil)
-		}
-		return c.queue(fc, true, fiber.StatusOK, nil, confirm)
-	}
-	if err := c.records.DiscardDeadLetter(fc.UserContext(), target, id); err != nil {
-		return c.queue(fc, true, statusOf(err), &notice{Text: "Not discarded: " + webhookd.ErrorMessage(err)}, nil)
-	}
-	return c.queue(fc, true, fiber.StatusOK, &notice{OK: true, Text: target.String() + "/" + id + " is discarded: nothing more is sent to route " + target.Route + ", and its receipt says discarded there."}, nil)
-}
-
-// discarding reads what the confirmation of a discard tells: the dead
-// letter, the receipt its request ID has now and its resource's latest
-// version.
-func (c *Console) discarding(ctx context.Context, target forward.Target, id string) (*discardConfirm, error) {
-	if target.Source == "" || target.Route == "" {
-		return nil, webhookd.Errorf(webhookd.EINVALID, "a dead letter is named by its source, route and request ID")
-	}
-	dead, err := c.records.DeadLetters(ctx, target)
-	if err != nil {
-		return nil, err
-	}
-	i := slices.IndexFunc(dead, func(e forward.Entry) bool { return e.RequestID == id })
-	if i < 0 {
-		return nil, webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, id)
-	}
-	e := dead[i]
-	held, err := c.records.Receipt(ctx, target.Source, id)
-	if webhookd.ErrorCode(err) == webhookd.ENOTFOUND {
-		held, err = nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var latest *versioning.Latest
-	if e.Resource != "" && e.Version != "" {
-		latest, err = c.records.Latest(ctx, target.Source, e.Resource)
-		if webhookd.ErrorCode(err) == webhookd.ENOTFOUND {
-			latest, err = nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return &discardConfirm{Entry: e, After: afterDiscard(&e, held, latest, c.receiptTTL, c.now())}, nil
-}
-
-// afterDiscard says what discarding dead letter e leaves. Discarding
-// removes the dead letter only: the receipt stays, marked discarded, and a
-// redelivery from it is taken while the redelivery rules allow it and the
-// payload is held, which is receipt_ttl after the request was last queued,
-// so no earlier than receipt_ttl after it was accepted. held is the
-// receipt its request ID has now and latest its resource's latest
-// version, nil when none.
-func afterDiscard(e *forward.Entry, held *dedupe.Receipt, latest *versioning.Latest, ttl time.Duration, now time.Time) string {
-	const removes = "Removes this dead letter: nothing more is sent. "
-	if _, own := forward.Discarded(e, held); !own {
-		if held == nil {
-			return removes + "Its receipt has expired, so nothing can send this request again."
-		}
-		return removes + "Its request ID came back since as a new request, which is forwarded on its own; this one cannot be sent again."
-	}
-	if e.BodyLost {
-		return removes + "Its payload expired before it was forwarded, so nothing can send this request again."
-	}
-	if err := forward.CanResend(e, latest); err != nil {
-		return removes + "It cannot be sent again: " + webhookd.ErrorMessage(err) + "."
-	}
-	stays := removes + "Its receipt stays, marked discarded on route " + e.Route + ", and Redeliver to " + e.Route + " on the receipt can send the request again"
-	if until := e.CreatedAt.Add(ttl); until.After(now) {
-		return stays + " until its payload expires, not before " + utc(until) + " (receipt_ttl after it was accepted)."
-	}
-	return stays + " while its payload is held: receipt_ttl after it was last queued."
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // pageNames are the templates under templates/, one a page.
-var pageNames = []string{"login", "error", "overview", "tail", "receipt", "resource", "queue"}
+var pageNames = []string{"login", "error", "overview", "tail", "receipt", "receipts", "resource", "queue"}
 
 func (c *Console) parsePages() map[string]*template.Template {
 	base := template.Must(template.New("").Funcs(template.FuncMap{
@@ -24,6 +24,7 @@ func (c *Console) parsePages() map[string]*template.Template {
 		"status":  func(code int) string { return strconv.Itoa(code) + " " + http.StatusText(code) },
 		"pick":    pick,
 		"targets": targets,
+		"clock":   func(t time.Time) string { return t.UTC().Format("15:04:05 UTC") },
 	}).ParseFS(files, "templates/layout.html"))
 	pages := make(map[string]*template.Template, len(pageNames))
 	for _, name := range pageNames {
@@ -43,14 +44,16 @@ func pick(sources []Source, id, name, selected string, any bool) sourceSelect {
 	return sourceSelect{ID: id, Name: name, Selected: selected, Sources: sources, Any: any}
 }
 
-// targetSelect is a select of the sources that forward and their routes,
-// for the queue pages' filter: a value is a source (every route of it) or
-// source/route.
+// targetSelect is a select of sources and their routes, for the filter
+// of the queue and receipts pages: a value is a source (every route of
+// it) or source/route.
 type targetSelect struct {
 	ID     string
 	Groups []targetGroup
 }
 
+// targetGroup is a source's options; one without a Label is a source
+// without routes, whose one option stands alone.
 type targetGroup struct {
 	Label   string
 	Options []targetOption
@@ -61,10 +64,11 @@ type targetOption struct {
 	Selected     bool
 }
 
-// targets is the target select of sources with selected chosen. A
-// selected target the configuration no longer has is offered too, so
-// that the select shows what the page shows.
-func targets(sources []Source, id, selected string) targetSelect {
+// targets is the target select of sources with selected chosen: the
+// sources that forward, or, with all, every source. A selected target
+// the configuration no longer has is offered too, so that the select
+// shows what the page shows.
+func targets(sources []Source, id, selected string, all bool) targetSelect {
 	ts := targetSelect{ID: id}
 	found := selected == ""
 	option := func(value, label string) targetOption {
@@ -72,14 +76,16 @@ func targets(sources []Source, id, selected string) targetSelect {
 		return targetOption{Value: value, Label: label, Selected: value == selected}
 	}
 	for _, s := range sources {
-		if !s.Forwards() {
-			continue
+		switch {
+		case s.Forwards():
+			g := targetGroup{Label: s.Name, Options: []targetOption{option(s.Name, s.Name+": every route")}}
+			for _, r := range s.Routes {
+				g.Options = append(g.Options, option(s.Name+"/"+r.Name, s.Name+" / "+r.Name))
+			}
+			ts.Groups = append(ts.Groups, g)
+		case all:
+			ts.Groups = append(ts.Groups, targetGroup{Options: []targetOption{option(s.Name, s.Name)}})
 		}
-		g := targetGroup{Label: s.Name, Options: []targetOption{option(s.Name, s.Name+": every route")}}
-		for _, r := range s.Routes {
-			g.Options = append(g.Options, option(s.Name+"/"+r, s.Name+" / "+r))
-		}
-		ts.Groups = append(ts.Groups, g)
 	}
 	if !found {
 		ts.Groups = append(ts.Groups, targetGroup{Label: "not configured",

@@ -28,7 +28,7 @@ func consoleSources(cfg *configs.Config) []console.Source {
 	for i, s := range cfg.Sources {
 		sources[i] = console.Source{Name: s.Name}
 		for _, r := range s.Routes {
-			sources[i].Routes = append(sources[i].Routes, r.Name)
+			sources[i].Routes = append(sources[i].Routes, console.Route{Name: r.Name, Rate: r.Rate, Burst: r.Burst})
 		}
 	}
 	return sources

@@ -115,9 +115,10 @@ func (s *switchable) count(route, key string) int {
 }
 
 // consoleConfig routes billing by event type: invoices and crm go to down,
-// each with one attempt, so that a refusal makes a dead letter at once;
-// analytics, which takes everything but pings, goes to up. storage is the
-// YAML line that picks the backend.
+// each with one attempt and no breaker, so that a refusal makes a dead
+// letter at once; analytics, which takes everything but pings, goes to
+// up, under a rate limit. storage is the YAML line that picks the
+// backend.
 func consoleConfig(storage, down, up string) string {
 	return fmt.Sprintf(`
 listen: "127.0.0.1:0"
@@ -150,6 +151,7 @@ sources:
         max_attempts: 1
         backoff: { initial: 10ms, max: 10ms }
         breaker: { off: true }
+        rate: 50/s
   - name: audit
     request_id: header:Idempotency-Key
 `, storage, adminToken, down, down, up)
@@ -308,9 +310,11 @@ func consoleInABrowser(t *testing.T, storage string) {
 		chromedp.WaitVisible(chromedp.ID("src-billing")),
 		shot("overview"),
 	)
-	// The billing card counts each route's outbox and dead letters.
+	// The billing card shows each route's rate, state, backlog and dead
+	// letters.
 	queues := rows("#src-billing ~ table.queues tbody tr")
-	if want := []string{"invoices|0 pending|2", "crm|0 pending|1", "analytics|0 pending|0"}; !slices.Equal(queues, want) {
+	if want := []string{"invoices no rate limit closed|0 pending|2|Pause", "crm no rate limit closed|0 pending|1|Pause",
+		"analytics 50/s, burst 5 closed|0 pending|0|Pause"}; !slices.Equal(queues, want) {
 		t.Errorf("overview's billing routes: %q, want %q", queues, want)
 	}
 	if got := text("#src-billing"); !strings.Contains(got, "forwards to 3 routes") {
@@ -340,6 +344,88 @@ func consoleInABrowser(t *testing.T, storage string) {
 		t.Fatalf("the overview did not refresh itself: %v", err)
 	}
 	becomes("req_c", "invoices", "dead")
+
+	// Receipts are searched by route and forward state, two a page: the
+	// next page goes on where the first ended, and each row leads to its
+	// receipt.
+	do("search the receipts",
+		chromedp.Navigate(ui+"/ui/receipts?limit=2"),
+		chromedp.WaitVisible(chromedp.ID("s-target")),
+		chromedp.SetValue(chromedp.ID("s-target"), "billing/invoices"),
+		chromedp.SetValue(chromedp.ID("s-decision"), "accepted"),
+		chromedp.SetValue(chromedp.ID("s-state"), "dead"),
+		chromedp.Submit(chromedp.ID("s-target")),
+		chromedp.WaitVisible(chromedp.CSS(`#receipts a[href*="request_id=req_c"]`)),
+		shot("receipts"),
+	)
+	found := rows("#receipts tbody tr")
+	if len(found) != 2 || !strings.Contains(found[0], "|req_c|accepted|sub_4|") || !strings.Contains(found[1], "|req_b|accepted|sub_2|") ||
+		!strings.Contains(found[0], "invoices dead") {
+		t.Errorf("the first page of billing/invoices' dead receipts: %q, want req_c then req_b", found)
+	}
+	do("the next page",
+		chromedp.Click(chromedp.CSS(`a[rel="next"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#receipts a[href*="request_id=req_a"]`)),
+	)
+	if found := rows("#receipts tbody tr"); len(found) != 1 || !strings.Contains(found[0], "|req_a|accepted|sub_1|") {
+		t.Errorf("the second page: %q, want req_a", found)
+	}
+	if last, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('a[rel="next"]') === null && document.getElementById("s-state").value === "dead"`)); err != nil || !last {
+		t.Errorf("the last page links a next one, or forgot the search (%v)", err)
+	}
+	do("open a receipt from the search",
+		chromedp.Click(chromedp.CSS(`#receipts a[href*="request_id=req_a"]`)),
+		chromedp.WaitVisible(chromedp.CSS("article.receipt")),
+	)
+	if got := text("#receipt-title"); !strings.Contains(got, "req_a") {
+		t.Errorf("the search's row led to %q", got)
+	}
+
+	// Paused, analytics takes nothing: a new event waits in its outbox,
+	// for every replica, until it is resumed, and then it is sent.
+	do("pause analytics",
+		chromedp.Navigate(ui+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Pause billing / analytics"]`)),
+		chromedp.Click(chromedp.CSS(`button[aria-label="Pause billing / analytics"]`)),
+		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Resume billing / analytics"]`)),
+		shot("overview-paused"),
+	)
+	if got := text(".notice"); !strings.Contains(got, "billing/analytics is paused") {
+		t.Errorf("pause says %q", got)
+	}
+	if got := text("#route-billing-analytics .state"); got != "paused closed" {
+		t.Errorf("a paused route's state reads %q", got)
+	}
+	routeState := func(route string) map[string]any {
+		t.Helper()
+		for _, item := range c.items("/admin/routes") {
+			if r, _ := item.(map[string]any); r["source"] == "billing" && r["route"] == route {
+				return r
+			}
+		}
+		t.Fatalf("the admin API lists no route billing/%s", route)
+		return nil
+	}
+	if r := routeState("analytics"); r["paused"] != true || routeState("invoices")["paused"] != false {
+		t.Errorf("after the console paused analytics the admin API says %v", r)
+	}
+	deliver("req_paused", "dlv_p", "invoice.paid", "sub_6")
+	becomes("req_paused", "invoices", "dead")
+	if state("req_paused", "analytics") != "pending" || up.count("analytics", "req_paused") != 0 {
+		t.Errorf("a paused route sent req_paused: %s", state("req_paused", "analytics"))
+	}
+	do("resume analytics",
+		chromedp.Click(chromedp.CSS(`button[aria-label="Resume billing / analytics"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Pause billing / analytics"]`)),
+	)
+	if got := text(".notice"); !strings.Contains(got, "billing/analytics is resumed") {
+		t.Errorf("resume says %q", got)
+	}
+	becomes("req_paused", "analytics", "delivered")
+	if r := routeState("analytics"); r["paused"] != false {
+		t.Errorf("after the console resumed analytics the admin API says %v", r)
+	}
 
 	// A receipt is found by source and request ID, with both its arrivals
 	// and the status of each route its filter selected.
@@ -402,7 +488,7 @@ func consoleInABrowser(t *testing.T, storage string) {
 		shot("deadletters"),
 	)
 	dead := rows("table.rows tbody tr")
-	if len(dead) != 3 || slices.ContainsFunc(dead, func(r string) bool { return !strings.HasPrefix(r, "invoices|") }) {
+	if len(dead) != 4 || slices.ContainsFunc(dead, func(r string) bool { return !strings.HasPrefix(r, "invoices|") }) {
 		t.Errorf("the dead letters of billing/invoices: %q", dead)
 	}
 	do("retry a dead letter",
@@ -460,6 +546,39 @@ func consoleInABrowser(t *testing.T, storage string) {
 		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
 	)
 	waitFor(t, "req_b delivered after its discard", func() bool { return down.count("invoices", "req_b") == 1 })
+
+	// Every dead letter of billing is retried at once, once the
+	// confirmation has named how many: the refused crm event and the two
+	// invoices the downstream refused, which now takes them.
+	do("ask to retry every dead letter of billing",
+		chromedp.Navigate(ui+"/ui/deadletters?filter=billing"),
+		chromedp.WaitVisible(chromedp.CSS(`.bulk button[value="retry"]`)),
+	)
+	if got := text(`.bulk button[value="retry"]`); got != "Retry all 3" {
+		t.Errorf("the bulk retry button says %q, want Retry all 3", got)
+	}
+	do("see the confirmation",
+		chromedp.Click(chromedp.CSS(`.bulk button[value="retry"]`)),
+		chromedp.WaitVisible(chromedp.CSS(".confirm button")),
+		shot("bulk-confirm"),
+	)
+	if got := text("#confirm-title"); got != "Retry all 3 dead letters of billing?" {
+		t.Errorf("the bulk retry's confirmation asks %q", got)
+	}
+	if s := state("req_cus", "crm"); s != "dead" {
+		t.Errorf("the bulk retry ran before it was confirmed: req_cus is %s on crm", s)
+	}
+	do("confirm the bulk retry",
+		chromedp.Click(chromedp.CSS(".confirm button")),
+		chromedp.WaitVisible(chromedp.CSS(".notice.ok")),
+	)
+	if got := text(".notice"); !strings.Contains(got, "Retried the dead letters of billing: 3 back in the outbox with their attempts reset, 0 refused") {
+		t.Errorf("the bulk retry says %q", got)
+	}
+	waitFor(t, "the dead letters retried in bulk delivered", func() bool {
+		return down.count("crm", "req_cus") == 1 && down.count("invoices", "req_c") == 1 && down.count("invoices", "req_paused") == 1
+	})
+	becomes("req_cus", "crm", "delivered")
 
 	// A new decision appears in the live tail as it is made.
 	do("open the live tail",
@@ -547,7 +666,7 @@ func consoleInABrowser(t *testing.T, storage string) {
 	)
 	onScreen("the routes' Redeliver buttons", "table.routes button")
 	noSideways("the receipt")
-	for _, page := range []string{"tail", "outbox"} {
+	for _, page := range []string{"tail", "outbox", "receipts"} {
 		do("a phone's view of "+page,
 			chromedp.Navigate(ui+"/ui/"+page),
 			chromedp.WaitVisible(chromedp.CSS("main h1")),

@@ -40,32 +40,48 @@ function swapMain(html) {
   return true;
 }
 
+// plainSubmit posts form as the browser would without this script,
+// with the button that submitted it.
+function plainSubmit(form, submitter) {
+  if (submitter && submitter.name) {
+    const field = document.createElement("input");
+    field.type = "hidden";
+    field.name = submitter.name;
+    field.value = submitter.value;
+    form.append(field);
+  }
+  form.submit();
+}
+
 // Forms marked data-inplace post in the background and show the answer in
 // place; the server answers them with the same page a plain post gets.
 document.addEventListener("submit", async (ev) => {
   const form = ev.target;
   if (!form.matches("form[data-inplace]")) return;
   ev.preventDefault();
+  const submitter = ev.submitter;
+  const body = new URLSearchParams(new FormData(form, submitter));
   for (const b of form.querySelectorAll("button")) b.disabled = true;
   try {
-    const resp = await fetch(form.action, {
-      method: "POST",
-      body: new URLSearchParams(new FormData(form)),
-      credentials: "same-origin",
-    });
-    if (!swapMain(await resp.text())) form.submit();
+    // The attribute, not form.action, which a field named "action" would
+    // stand for.
+    const resp = await fetch(form.getAttribute("action"), { method: "POST", body, credentials: "same-origin" });
+    if (!swapMain(await resp.text())) plainSubmit(form, submitter);
   } catch (e) {
-    form.submit();
+    plainSubmit(form, submitter);
   }
 });
 
 // The overview fetches itself again while it is visible, unless focus is
 // inside what would be replaced.
-function startRefresh(region) {
-  const every = Number(region.dataset.refresh) * 1000;
-  const stamp = document.getElementById("refreshed");
+// An action answered in place puts a new region in place of the old, so
+// each round looks it up again.
+function startRefresh(id) {
+  const every = Number(document.getElementById(id).dataset.refresh) * 1000;
   setInterval(async () => {
-    if (document.hidden || region.contains(document.activeElement)) return;
+    const region = document.getElementById(id);
+    const stamp = document.getElementById("refreshed");
+    if (!region || document.hidden || region.contains(document.activeElement)) return;
     try {
       const resp = await fetch(location.href, { credentials: "same-origin" });
       if (!resp.ok) return;
@@ -175,7 +191,7 @@ document.addEventListener("DOMContentLoaded", () => {
   refreshAgo(document);
   setInterval(() => refreshAgo(document), 15000);
   const region = document.querySelector("[data-refresh]");
-  if (region) startRefresh(region);
+  if (region) startRefresh(region.id);
   const tail = document.querySelector("table[data-stream]");
   if (tail) startTail(tail);
 });
