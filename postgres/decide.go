@@ -150,7 +150,8 @@ const maxConflicts = 16
 // retryable says whether a batch that failed with err is planned again at
 // once: it met another transaction's writes (errConflict), or the database
 // chose it to break a deadlock (40P01) or a serialization failure (40001,
-// which CockroachDB's serializable transactions answer under contention).
+// which a database running at serializable isolation answers under
+// contention).
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -3,8 +3,8 @@
 // (one accept per request ID, no version regression, per-resource
 // forwarding order, nothing acknowledged lost) across processes, with the
 // same pure rules (dedupe.Decide, forward.Apply and the repair checks), and
-// SQL that stays within what CockroachDB also accepts: no advisory locks,
-// no LISTEN/NOTIFY.
+// no session state a pooler in transaction mode would lose: no advisory
+// locks, no LISTEN/NOTIFY, settings only with SET LOCAL.
 //
 // It is a package of its own, named after its engine, beside the Badger
 // store (package store) rather than under it: neither backend imports the

@@ -52,8 +52,8 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 
 // The schema version lives in one row, which the migrating transaction
 // locks: replicas starting together take turns, and the second finds the
-// work done. A row lock rather than an advisory lock keeps this within what
-// CockroachDB accepts.
+// work done. A row lock rather than an advisory lock works through a
+// pooler in transaction mode.
 const (
 	createSchemaTable = `CREATE TABLE IF NOT EXISTS webhookd_schema (id integer PRIMARY KEY, version integer NOT NULL)`
 	insertSchemaRow   = `INSERT INTO webhookd_schema (id, version) VALUES (1, 0) ON CONFLICT (id) DO NOTHING`
