@@ -1012,7 +1012,10 @@ func TestFailingRouteHoldsUpNoOtherRoute(t *testing.T) {
 					}
 				}
 			}
-			eventually(t, "the good route delivered everything", func() bool { return len(good.delivered()) == resources*versions })
+			// The downstream sees a request before its result is settled.
+			eventually(t, "the good route delivered and settled everything", func() bool {
+				return len(good.delivered()) == resources*versions && pending(t, s)[forward.Target{Source: "billing", Route: "ledger"}] == 0
+			})
 			last := map[string]int{}
 			for _, a := range good.delivered() {
 				res := a.header.Get("Webhook-Resource")
