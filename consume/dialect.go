@@ -1,0 +1,185 @@
+package consume
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Dialect selects the SQL of one database. Each has its own "insert if
+// absent" statement, so that the primary key, not a read before the
+// insert, decides which of two concurrent deliveries of a key applies.
+type Dialect int
+
+// The supported databases.
+const (
+	// PostgreSQL, through pgx's database/sql driver
+	// (github.com/jackc/pgx/v5/stdlib).
+	PostgreSQL Dialect = iota + 1
+	// MySQL and MariaDB, through github.com/go-sql-driver/mysql.
+	MySQL
+	// SQLite, through modernc.org/sqlite. Writers take the database lock
+	// in turn: open it with _txlock=immediate and a busy_timeout pragma so
+	// that concurrent deliveries wait for it instead of failing.
+	SQLite
+)
+
+func (d Dialect) String() string {
+	switch d {
+	case PostgreSQL:
+		return "postgresql"
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+// statements is the SQL one Consumer runs, built once from its dialect and
+// table names.
+type statements struct {
+	schema        []string
+	insertKey     string // insert if absent; 1 row affected means new
+	markStale     string
+	insertVersion string // insert if absent
+	lockVersion   string // the latest version and the key that set it, locked
+	updateVersion string
+	lookup        string
+	cleanKeys     string // one bounded batch
+	cleanVersions string // one bounded batch
+}
+
+func newStatements(d Dialect, table string) (statements, error) {
+	versions := table + "_versions"
+	keyCols := "consumer, idempotency_key, source, route, resource, version, attempt, decision, processed_at"
+	var s statements
+	switch d {
+	case PostgreSQL:
+		s.schema = []string{
+			`CREATE TABLE IF NOT EXISTS ` + table + ` (
+	consumer        text    NOT NULL,
+	idempotency_key text    NOT NULL,
+	source          text    NOT NULL,
+	route           text    NOT NULL,
+	resource        text    NOT NULL,
+	version         text    NOT NULL,
+	attempt         integer NOT NULL,
+	decision        text    NOT NULL,
+	processed_at    bigint  NOT NULL, -- microseconds since the Unix epoch
+	PRIMARY KEY (consumer, idempotency_key)
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + indexName(table) + ` ON ` + table + ` (processed_at)`,
+			`CREATE TABLE IF NOT EXISTS ` + versions + ` (
+	consumer   text   NOT NULL,
+	source     text   NOT NULL,
+	resource   text   NOT NULL,
+	version    text   NOT NULL,
+	set_by     text   NOT NULL, -- the idempotency key that applied it
+	applied_at bigint NOT NULL, -- microseconds since the Unix epoch
+	PRIMARY KEY (consumer, source, resource)
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + indexName(versions) + ` ON ` + versions + ` (applied_at)`,
+		}
+		s.insertKey = `INSERT INTO ` + table + ` (` + keyCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`
+		s.markStale = `UPDATE ` + table + ` SET decision = $1 WHERE consumer = $2 AND idempotency_key = $3`
+		s.insertVersion = `INSERT INTO ` + versions + ` (consumer, source, resource, version, set_by, applied_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`
+		s.lockVersion = `SELECT version, set_by FROM ` + versions + ` WHERE consumer = $1 AND source = $2 AND resource = $3 FOR UPDATE`
+		s.updateVersion = `UPDATE ` + versions + ` SET version = $1, set_by = $2, applied_at = $3 WHERE consumer = $4 AND source = $5 AND resource = $6`
+		s.lookup = `SELECT ` + keyCols + ` FROM ` + table + ` WHERE consumer = $1 AND idempotency_key = $2`
+		s.cleanKeys = `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE processed_at < $1 LIMIT $2)`
+		s.cleanVersions = `DELETE FROM ` + versions + ` WHERE ctid IN (SELECT ctid FROM ` + versions + ` WHERE applied_at < $1 LIMIT $2)`
+	case MySQL:
+		// utf8mb4_bin: the default collations compare case-insensitively,
+		// which would make "abc" a duplicate of "ABC". 255 characters keep
+		// the primary key within InnoDB's 3072-byte limit.
+		str := "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+		s.schema = []string{
+			`CREATE TABLE IF NOT EXISTS ` + table + ` (
+	consumer        ` + str + `,
+	idempotency_key ` + str + `,
+	source          ` + str + `,
+	route           ` + str + `,
+	resource        ` + str + `,
+	version         ` + str + `,
+	attempt         INT NOT NULL,
+	decision        VARCHAR(16) NOT NULL,
+	processed_at    BIGINT NOT NULL COMMENT 'microseconds since the Unix epoch',
+	PRIMARY KEY (consumer, idempotency_key),
+	INDEX ` + indexName(table) + ` (processed_at)
+) ENGINE=InnoDB`,
+			`CREATE TABLE IF NOT EXISTS ` + versions + ` (
+	consumer   ` + str + `,
+	source     ` + str + `,
+	resource   ` + str + `,
+	version    ` + str + `,
+	set_by     ` + str + ` COMMENT 'the idempotency key that applied it',
+	applied_at BIGINT NOT NULL COMMENT 'microseconds since the Unix epoch',
+	PRIMARY KEY (consumer, source, resource),
+	INDEX ` + indexName(versions) + ` (applied_at)
+) ENGINE=InnoDB`,
+		}
+		// INSERT IGNORE also turns other errors into warnings (a value too
+		// long is truncated): New and the checks before each insert keep
+		// every value within the columns, so only the duplicate remains.
+		s.insertKey = `INSERT IGNORE INTO ` + table + ` (` + keyCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		s.markStale = `UPDATE ` + table + ` SET decision = ? WHERE consumer = ? AND idempotency_key = ?`
+		// Not INSERT IGNORE: on a duplicate it takes a shared lock, and two
+		// transactions holding one both wait to update the row, a deadlock.
+		// The no-op update takes the exclusive lock at once.
+		s.insertVersion = `INSERT INTO ` + versions + ` (consumer, source, resource, version, set_by, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE consumer = consumer`
+		s.lockVersion = `SELECT version, set_by FROM ` + versions + ` WHERE consumer = ? AND source = ? AND resource = ? FOR UPDATE`
+		s.updateVersion = `UPDATE ` + versions + ` SET version = ?, set_by = ?, applied_at = ? WHERE consumer = ? AND source = ? AND resource = ?`
+		s.lookup = `SELECT ` + keyCols + ` FROM ` + table + ` WHERE consumer = ? AND idempotency_key = ?`
+		s.cleanKeys = `DELETE FROM ` + table + ` WHERE processed_at < ? ORDER BY processed_at LIMIT ?`
+		s.cleanVersions = `DELETE FROM ` + versions + ` WHERE applied_at < ? ORDER BY applied_at LIMIT ?`
+	case SQLite:
+		s.schema = []string{
+			`CREATE TABLE IF NOT EXISTS ` + table + ` (
+	consumer        TEXT    NOT NULL,
+	idempotency_key TEXT    NOT NULL,
+	source          TEXT    NOT NULL,
+	route           TEXT    NOT NULL,
+	resource        TEXT    NOT NULL,
+	version         TEXT    NOT NULL,
+	attempt         INTEGER NOT NULL,
+	decision        TEXT    NOT NULL,
+	processed_at    INTEGER NOT NULL, -- microseconds since the Unix epoch
+	PRIMARY KEY (consumer, idempotency_key)
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + indexName(table) + ` ON ` + table + ` (processed_at)`,
+			`CREATE TABLE IF NOT EXISTS ` + versions + ` (
+	consumer   TEXT    NOT NULL,
+	source     TEXT    NOT NULL,
+	resource   TEXT    NOT NULL,
+	version    TEXT    NOT NULL,
+	set_by     TEXT    NOT NULL, -- the idempotency key that applied it
+	applied_at INTEGER NOT NULL, -- microseconds since the Unix epoch
+	PRIMARY KEY (consumer, source, resource)
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + indexName(versions) + ` ON ` + versions + ` (applied_at)`,
+		}
+		s.insertKey = `INSERT INTO ` + table + ` (` + keyCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+		s.markStale = `UPDATE ` + table + ` SET decision = ? WHERE consumer = ? AND idempotency_key = ?`
+		s.insertVersion = `INSERT INTO ` + versions + ` (consumer, source, resource, version, set_by, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+		// SQLite has no row locks: the key's insert before it took the
+		// database's write lock, which no other writer gets until commit.
+		s.lockVersion = `SELECT version, set_by FROM ` + versions + ` WHERE consumer = ? AND source = ? AND resource = ?`
+		s.updateVersion = `UPDATE ` + versions + ` SET version = ?, set_by = ?, applied_at = ? WHERE consumer = ? AND source = ? AND resource = ?`
+		s.lookup = `SELECT ` + keyCols + ` FROM ` + table + ` WHERE consumer = ? AND idempotency_key = ?`
+		s.cleanKeys = `DELETE FROM ` + table + ` WHERE rowid IN (SELECT rowid FROM ` + table + ` WHERE processed_at < ? LIMIT ?)`
+		s.cleanVersions = `DELETE FROM ` + versions + ` WHERE rowid IN (SELECT rowid FROM ` + versions + ` WHERE applied_at < ? LIMIT ?)`
+	default:
+		return statements{}, fmt.Errorf("consume: unknown dialect %v", d)
+	}
+	return s, nil
+}
+
+// indexName names a table's time index; a schema-qualified table gives
+// its index the table's bare name, which PostgreSQL places in the table's
+// schema.
+func indexName(table string) string {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		table = table[i+1:]
+	}
+	return table + "_time"
+}
