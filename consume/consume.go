@@ -218,31 +218,42 @@ func (c *Consumer) Apply(ctx context.Context, consumer string, d Delivery, apply
 	return decision, nil
 }
 
-// advance makes d's version the latest of its resource when it is newer
-// than the latest, and says whether it was. The first version of a
-// resource is inserted if absent, so that two concurrent first versions
-// meet on the primary key; then the row is read locked. A row set by d's
-// own key is the one just inserted: the key is new in this transaction,
-// so no earlier one set it.
+// advance makes d's version the latest of its resource when it is the
+// first or newer than the latest, and says whether it was. Versions
+// compare by their order keys, written as 20 digits so that the
+// database compares them as text.
 func (c *Consumer) advance(ctx context.Context, tx *sql.Tx, consumer string, d Delivery, order uint64, now int64) (bool, error) {
-	if _, err := tx.ExecContext(ctx, c.sql.insertVersion, consumer, d.Source, d.Resource, d.Version, d.Key, now); err != nil {
+	ord := fmt.Sprintf("%020d", order)
+	if c.sql.upsertVersion != "" {
+		res, err := tx.ExecContext(ctx, c.sql.upsertVersion, consumer, d.Source, d.Resource, d.Version, ord, d.Key, now)
+		if err != nil {
+			return false, fmt.Errorf("consume: record version: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return false, fmt.Errorf("consume: record version: %w", err)
+		}
+		return n == 1, nil
+	}
+	// In steps: the first version of a resource is inserted if absent, so
+	// that two concurrent first versions meet on the primary key; then the
+	// row is read locked. A row set by d's own key with d's version is the
+	// one just inserted: the key is new in this transaction, so no earlier
+	// one set it.
+	if _, err := tx.ExecContext(ctx, c.sql.insertVersion, consumer, d.Source, d.Resource, d.Version, ord, d.Key, now); err != nil {
 		return false, fmt.Errorf("consume: record version: %w", err)
 	}
 	var latest, setBy string
 	if err := tx.QueryRowContext(ctx, c.sql.lockVersion, consumer, d.Source, d.Resource).Scan(&latest, &setBy); err != nil {
 		return false, fmt.Errorf("consume: read version: %w", err)
 	}
-	if setBy == d.Key && latest == d.Version {
+	if setBy == d.Key && latest == ord {
 		return true, nil
 	}
-	prev, err := versioning.Parse(c.versions, latest)
-	if err != nil {
-		return false, fmt.Errorf("consume: recorded version %q: %w", latest, err)
-	}
-	if order <= prev {
+	if ord <= latest {
 		return false, nil
 	}
-	if _, err := tx.ExecContext(ctx, c.sql.updateVersion, d.Version, d.Key, now, consumer, d.Source, d.Resource); err != nil {
+	if _, err := tx.ExecContext(ctx, c.sql.updateVersion, d.Version, ord, d.Key, now, consumer, d.Source, d.Resource); err != nil {
 		return false, fmt.Errorf("consume: record version: %w", err)
 	}
 	return true, nil

@@ -38,11 +38,16 @@ func (d Dialect) String() string {
 // statements is the SQL one Consumer runs, built once from its dialect and
 // table names.
 type statements struct {
-	schema        []string
-	insertKey     string // insert if absent; 1 row affected means new
-	markStale     string
-	insertVersion string // insert if absent
-	lockVersion   string // the latest version and the key that set it, locked
+	schema    []string
+	insertKey string // insert if absent; 1 row affected means new
+	markStale string
+	// upsertVersion makes a version the latest of its resource, if absent
+	// or newer, in one statement: 1 row affected means it did. Where it is
+	// empty (MySQL), insertVersion, lockVersion and updateVersion do it in
+	// steps.
+	upsertVersion string
+	insertVersion string // insert if absent, locking an existing row
+	lockVersion   string // the latest version's order and the key that set it
 	updateVersion string
 	lookup        string
 	cleanKeys     string // one bounded batch
@@ -74,6 +79,7 @@ func newStatements(d Dialect, table string) (statements, error) {
 	source     text   NOT NULL,
 	resource   text   NOT NULL,
 	version    text   NOT NULL,
+	ord        text   COLLATE "C" NOT NULL, -- the version's order key, 20 digits
 	set_by     text   NOT NULL, -- the idempotency key that applied it
 	applied_at bigint NOT NULL, -- microseconds since the Unix epoch
 	PRIMARY KEY (consumer, source, resource)
@@ -82,9 +88,11 @@ func newStatements(d Dialect, table string) (statements, error) {
 		}
 		s.insertKey = `INSERT INTO ` + table + ` (` + keyCols + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`
 		s.markStale = `UPDATE ` + table + ` SET decision = $1 WHERE consumer = $2 AND idempotency_key = $3`
-		s.insertVersion = `INSERT INTO ` + versions + ` (consumer, source, resource, version, set_by, applied_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`
-		s.lockVersion = `SELECT version, set_by FROM ` + versions + ` WHERE consumer = $1 AND source = $2 AND resource = $3 FOR UPDATE`
-		s.updateVersion = `UPDATE ` + versions + ` SET version = $1, set_by = $2, applied_at = $3 WHERE consumer = $4 AND source = $5 AND resource = $6`
+		// The conflict locks the existing row; the WHERE leaves an older
+		// or equal version's row as it is, and then no row is affected.
+		s.upsertVersion = `INSERT INTO ` + versions + ` AS cur (consumer, source, resource, version, ord, set_by, applied_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (consumer, source, resource) DO UPDATE SET version = EXCLUDED.version, ord = EXCLUDED.ord, set_by = EXCLUDED.set_by, applied_at = EXCLUDED.applied_at
+WHERE cur.ord < EXCLUDED.ord`
 		s.lookup = `SELECT ` + keyCols + ` FROM ` + table + ` WHERE consumer = $1 AND idempotency_key = $2`
 		s.cleanKeys = `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table + ` WHERE processed_at < $1 LIMIT $2)`
 		s.cleanVersions = `DELETE FROM ` + versions + ` WHERE ctid IN (SELECT ctid FROM ` + versions + ` WHERE applied_at < $1 LIMIT $2)`
@@ -112,6 +120,7 @@ func newStatements(d Dialect, table string) (statements, error) {
 	source     ` + str + `,
 	resource   ` + str + `,
 	version    ` + str + `,
+	ord        CHAR(20) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'the version''s order key, 20 digits',
 	set_by     ` + str + ` COMMENT 'the idempotency key that applied it',
 	applied_at BIGINT NOT NULL COMMENT 'microseconds since the Unix epoch',
 	PRIMARY KEY (consumer, source, resource),
@@ -126,9 +135,15 @@ func newStatements(d Dialect, table string) (statements, error) {
 		// Not INSERT IGNORE: on a duplicate it takes a shared lock, and two
 		// transactions holding one both wait to update the row, a deadlock.
 		// The no-op update takes the exclusive lock at once.
-		s.insertVersion = `INSERT INTO ` + versions + ` (consumer, source, resource, version, set_by, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE consumer = consumer`
-		s.lockVersion = `SELECT version, set_by FROM ` + versions + ` WHERE consumer = ? AND source = ? AND resource = ? FOR UPDATE`
-		s.updateVersion = `UPDATE ` + versions + ` SET version = ?, set_by = ?, applied_at = ? WHERE consumer = ? AND source = ? AND resource = ?`
+		// MySQL's upsert has no WHERE, and the rows it reports affected
+		// depend on the connection's clientFoundRows: the stale check is
+		// made in steps. Not INSERT IGNORE: on a duplicate it takes a
+		// shared lock, and two transactions holding one both wait to
+		// update the row, a deadlock. The no-op update takes the exclusive
+		// lock at once.
+		s.insertVersion = `INSERT INTO ` + versions + ` (consumer, source, resource, version, ord, set_by, applied_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE consumer = consumer`
+		s.lockVersion = `SELECT ord, set_by FROM ` + versions + ` WHERE consumer = ? AND source = ? AND resource = ? FOR UPDATE`
+		s.updateVersion = `UPDATE ` + versions + ` SET version = ?, ord = ?, set_by = ?, applied_at = ? WHERE consumer = ? AND source = ? AND resource = ?`
 		s.lookup = `SELECT ` + keyCols + ` FROM ` + table + ` WHERE consumer = ? AND idempotency_key = ?`
 		s.cleanKeys = `DELETE FROM ` + table + ` WHERE processed_at < ? ORDER BY processed_at LIMIT ?`
 		s.cleanVersions = `DELETE FROM ` + versions + ` WHERE applied_at < ? ORDER BY applied_at LIMIT ?`
@@ -152,6 +167,7 @@ func newStatements(d Dialect, table string) (statements, error) {
 	source     TEXT    NOT NULL,
 	resource   TEXT    NOT NULL,
 	version    TEXT    NOT NULL,
+	ord        TEXT    NOT NULL, -- the version's order key, 20 digits
 	set_by     TEXT    NOT NULL, -- the idempotency key that applied it
 	applied_at INTEGER NOT NULL, -- microseconds since the Unix epoch
 	PRIMARY KEY (consumer, source, resource)
@@ -160,11 +176,10 @@ func newStatements(d Dialect, table string) (statements, error) {
 		}
 		s.insertKey = `INSERT INTO ` + table + ` (` + keyCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 		s.markStale = `UPDATE ` + table + ` SET decision = ? WHERE consumer = ? AND idempotency_key = ?`
-		s.insertVersion = `INSERT INTO ` + versions + ` (consumer, source, resource, version, set_by, applied_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
-		// SQLite has no row locks: the key's insert before it took the
-		// database's write lock, which no other writer gets until commit.
-		s.lockVersion = `SELECT version, set_by FROM ` + versions + ` WHERE consumer = ? AND source = ? AND resource = ?`
-		s.updateVersion = `UPDATE ` + versions + ` SET version = ?, set_by = ?, applied_at = ? WHERE consumer = ? AND source = ? AND resource = ?`
+		// Unqualified columns in the WHERE are the existing row's.
+		s.upsertVersion = `INSERT INTO ` + versions + ` (consumer, source, resource, version, ord, set_by, applied_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (consumer, source, resource) DO UPDATE SET version = excluded.version, ord = excluded.ord, set_by = excluded.set_by, applied_at = excluded.applied_at
+WHERE ord < excluded.ord`
 		s.lookup = `SELECT ` + keyCols + ` FROM ` + table + ` WHERE consumer = ? AND idempotency_key = ?`
 		s.cleanKeys = `DELETE FROM ` + table + ` WHERE rowid IN (SELECT rowid FROM ` + table + ` WHERE processed_at < ? LIMIT ?)`
 		s.cleanVersions = `DELETE FROM ` + versions + ` WHERE rowid IN (SELECT rowid FROM ` + versions + ` WHERE applied_at < ? LIMIT ?)`
