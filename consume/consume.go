@@ -20,9 +20,14 @@ import (
 // empty; the stale guard's table is its name with "_versions" appended.
 const DefaultTable = "webhookd_processed"
 
-// MaxValue is the longest key, consumer, source, route, resource or
-// version the tables hold, in bytes.
-const MaxValue = 255
+// The longest values the tables hold, in bytes: MaxValue for a key,
+// consumer, resource or version (webhookd's limit for request IDs,
+// resources and versions), MaxName for a source or route (webhookd's
+// names are at most 64).
+const (
+	MaxValue = 256
+	MaxName  = 128
+)
 
 // DefaultMaxBody is the largest body the handler reads when
 // Config.MaxBody is zero: GitHub's cap, the largest any webhookd source
@@ -266,12 +271,15 @@ func check(consumer string, d Delivery) error {
 	if d.Key == "" {
 		return Permanent(errors.New("consume: empty idempotency key"))
 	}
-	for _, f := range []struct{ name, v string }{
-		{"consumer", consumer}, {"key", d.Key}, {"source", d.Source}, {"route", d.Route},
-		{"resource", d.Resource}, {"version", d.Version},
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{
+		{"consumer", consumer, MaxValue}, {"key", d.Key, MaxValue}, {"source", d.Source, MaxName},
+		{"route", d.Route, MaxName}, {"resource", d.Resource, MaxValue}, {"version", d.Version, MaxValue},
 	} {
-		if len(f.v) > MaxValue {
-			return Permanent(fmt.Errorf("consume: %s is %d bytes, more than %d", f.name, len(f.v), MaxValue))
+		if len(f.v) > f.max {
+			return Permanent(fmt.Errorf("consume: %s is %d bytes, more than %d", f.name, len(f.v), f.max))
 		}
 		if !utf8.ValidString(f.v) || strings.IndexByte(f.v, 0) >= 0 {
 			return Permanent(fmt.Errorf("consume: %s %q is not valid UTF-8 text", f.name, f.v))

@@ -493,3 +493,30 @@ func TestImportGraph(t *testing.T) {
 		t.Errorf("imports modules beyond the standard library and webhookd: %s", b.String())
 	}
 }
+
+// TestLongestValues stores webhookd's longest request IDs, resources and
+// versions, and refuses longer ones for good rather than truncate them
+// into another key.
+func TestLongestValues(t *testing.T) {
+	eachDB(t, func(t *testing.T, tdb *testDB) {
+		c := tdb.consumer(t, consume.Config{Versions: versioning.Integer})
+		ctx := context.Background()
+		long := strings.Repeat("é", consume.MaxValue/2)
+		d := consume.Delivery{Key: long, Source: strings.Repeat("s", consume.MaxName), Route: strings.Repeat("r", consume.MaxName),
+			Resource: long, Version: strings.Repeat("9", 19)}
+		if decision, err := c.Apply(ctx, long, d, tdb.record); err != nil || decision != consume.Applied {
+			t.Fatalf("longest values: %q, %v", decision, err)
+		}
+		rec, err := c.Lookup(ctx, long, long)
+		if err != nil || rec.Key != long || rec.Resource != long {
+			t.Fatalf("longest values read back as %+v, %v", rec, err)
+		}
+		d.Key += "x"
+		if _, err := c.Apply(ctx, "w", d, tdb.record); !consume.IsPermanent(err) {
+			t.Fatalf("a key over %d bytes: %v, want a permanent error", consume.MaxValue, err)
+		}
+		if got := tdb.applied(t, d.Key); got != 0 {
+			t.Fatalf("refused key applied %d times", got)
+		}
+	})
+}

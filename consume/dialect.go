@@ -98,15 +98,17 @@ WHERE cur.ord < EXCLUDED.ord`
 		s.cleanVersions = `DELETE FROM ` + versions + ` WHERE ctid IN (SELECT ctid FROM ` + versions + ` WHERE applied_at < $1 LIMIT $2)`
 	case MySQL:
 		// utf8mb4_bin: the default collations compare case-insensitively,
-		// which would make "abc" a duplicate of "ABC". 255 characters keep
-		// the primary key within InnoDB's 3072-byte limit.
-		str := "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+		// which would make "abc" a duplicate of "ABC". The lengths are
+		// MaxValue and MaxName, which keep each primary key within
+		// InnoDB's 3072 bytes (4 a character).
+		str := "VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+		name := "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
 		s.schema = []string{
 			`CREATE TABLE IF NOT EXISTS ` + table + ` (
 	consumer        ` + str + `,
 	idempotency_key ` + str + `,
-	source          ` + str + `,
-	route           ` + str + `,
+	source          ` + name + `,
+	route           ` + name + `,
 	resource        ` + str + `,
 	version         ` + str + `,
 	attempt         INT NOT NULL,
@@ -117,7 +119,7 @@ WHERE cur.ord < EXCLUDED.ord`
 ) ENGINE=InnoDB`,
 			`CREATE TABLE IF NOT EXISTS ` + versions + ` (
 	consumer   ` + str + `,
-	source     ` + str + `,
+	source     ` + name + `,
 	resource   ` + str + `,
 	version    ` + str + `,
 	ord        CHAR(20) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'the version''s order key, 20 digits',
