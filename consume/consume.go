@@ -61,7 +61,6 @@ type Config struct {
 // Consumer applies deliveries exactly once. It is safe for concurrent use.
 type Consumer struct {
 	db       *sql.DB
-	dialect  Dialect
 	sql      statements
 	versions versioning.Format
 	verify   signature.Verifier // nil: no secrets
@@ -122,7 +121,7 @@ func New(cfg Config) (*Consumer, error) {
 	default:
 		return nil, fmt.Errorf("consume: version format %q: want %q or %q", cfg.Versions, versioning.Integer, versioning.Timestamp)
 	}
-	c := &Consumer{db: cfg.DB, dialect: cfg.Dialect, sql: stmts, versions: cfg.Versions, maxBody: cfg.MaxBody, log: cfg.Log, now: cfg.Now}
+	c := &Consumer{db: cfg.DB, sql: stmts, versions: cfg.Versions, maxBody: cfg.MaxBody, log: cfg.Log, now: cfg.Now}
 	if len(cfg.Secrets) > 0 {
 		c.verify, err = signature.New(signature.Config{Scheme: signature.StandardWebhooks, Secrets: cfg.Secrets, Tolerance: cfg.Tolerance})
 		if err != nil {
