@@ -520,3 +520,51 @@ func TestLongestValues(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrentCopiesWithFailures sends one key many times at once to an
+// apply that fails every other call: whatever fails and whatever waits on
+// a rolled-back key, once every copy has been answered 200 (failures sent
+// again, as webhookd does), the key is applied exactly once.
+func TestConcurrentCopiesWithFailures(t *testing.T) {
+	eachDB(t, func(t *testing.T, tdb *testDB) {
+		c := tdb.consumer(t, consume.Config{Log: quiet})
+		var calls atomic.Int64
+		url := serve(t, c, func(ctx context.Context, tx *sql.Tx, d consume.Delivery) error {
+			if err := tdb.record(ctx, tx, d); err != nil {
+				return err
+			}
+			if calls.Add(1)%2 == 1 {
+				return errors.New("try again")
+			}
+			return nil
+		})
+		const n = 60
+		var wg sync.WaitGroup
+		var applied atomic.Int64
+		for i := range n {
+			wg.Go(func() {
+				for attempt := 1; attempt <= 100; attempt++ {
+					status, decision := post(t, url, request{key: "evt_1", attempt: attempt, body: fmt.Sprint(i)})
+					if status == http.StatusOK {
+						if decision == "applied" {
+							applied.Add(1)
+						}
+						return
+					}
+					if status != http.StatusInternalServerError {
+						t.Errorf("answered %d", status)
+						return
+					}
+				}
+				t.Error("100 attempts and not applied")
+			})
+		}
+		wg.Wait()
+		if applied.Load() != 1 {
+			t.Fatalf("%d copies answered applied, want 1", applied.Load())
+		}
+		if got := tdb.applied(t, "evt_1"); got != 1 {
+			t.Fatalf("applied %d times", got)
+		}
+	})
+}
