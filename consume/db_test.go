@@ -5,10 +5,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -84,24 +82,6 @@ func (tdb *testDB) exec(t testing.TB, stmt string, args ...any) {
 	}
 }
 
-// rebind turns ? placeholders into PostgreSQL's $n.
-func (tdb *testDB) rebind(stmt string) string {
-	if tdb.dialect != consume.PostgreSQL {
-		return stmt
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range stmt {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
 // consumer returns a Consumer on tdb's tables, schema created.
 func (tdb *testDB) consumer(t testing.TB, cfg consume.Config) *consume.Consumer {
 	t.Helper()
@@ -118,7 +98,7 @@ func (tdb *testDB) consumer(t testing.TB, cfg consume.Config) *consume.Consumer 
 
 // record is an apply that writes one effect row, in the transaction.
 func (tdb *testDB) record(ctx context.Context, tx *sql.Tx, d consume.Delivery) error {
-	_, err := tx.ExecContext(ctx, tdb.rebind("INSERT INTO "+tdb.effects()+" (k, qty) VALUES (?, ?)"), d.Key, 1)
+	_, err := tx.ExecContext(ctx, tdb.dialect.Rebind("INSERT INTO "+tdb.effects()+" (k, qty) VALUES (?, ?)"), d.Key, 1)
 	return err
 }
 
@@ -126,7 +106,7 @@ func (tdb *testDB) record(ctx context.Context, tx *sql.Tx, d consume.Delivery) e
 func (tdb *testDB) applied(t testing.TB, key string) int {
 	t.Helper()
 	var n int
-	if err := tdb.db.QueryRow(tdb.rebind("SELECT COUNT(*) FROM "+tdb.effects()+" WHERE k = ?"), key).Scan(&n); err != nil {
+	if err := tdb.db.QueryRow(tdb.dialect.Rebind("SELECT COUNT(*) FROM "+tdb.effects()+" WHERE k = ?"), key).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -23,6 +23,27 @@ const (
 	SQLite
 )
 
+// Rebind turns the ? placeholders of stmt into d's: $1, $2, … for
+// PostgreSQL; the others take ? as they are. It is for the statements of
+// an apply function written once for several databases. It does not parse
+// SQL: a ? inside a string literal is replaced too.
+func (d Dialect) Rebind(stmt string) string {
+	if d != PostgreSQL {
+		return stmt
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range stmt {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 func (d Dialect) String() string {
 	switch d {
 	case PostgreSQL:

@@ -92,6 +92,19 @@ func CanRedeliver(r *dedupe.Receipt, route string) error {
 	return nil
 }
 
+// RedeliverTo returns the routes a redelivery of r to route requeues:
+// route itself, when CanRedeliver allows it, or, when route is "", every
+// route Redeliverable allows.
+func RedeliverTo(r *dedupe.Receipt, route string) ([]string, error) {
+	if route == "" {
+		return Redeliverable(r)
+	}
+	if err := CanRedeliver(r, route); err != nil {
+		return nil, err
+	}
+	return []string{route}, nil
+}
+
 // Redeliverable returns the routes of receipt r that CanRedeliver allows,
 // for a redelivery that names no route; when none does, err says why not
 // for the first.

@@ -133,6 +133,15 @@ func TestRedeliverable(t *testing.T) {
 	if routes, err := Redeliverable(r); err != nil || !slices.Equal(routes, []string{"a", "c"}) {
 		t.Errorf("Redeliverable = %v, %v; want a and c", routes, err)
 	}
+	if routes, err := RedeliverTo(r, ""); err != nil || !slices.Equal(routes, []string{"a", "c"}) {
+		t.Errorf("RedeliverTo every route = %v, %v; want a and c", routes, err)
+	}
+	if routes, err := RedeliverTo(r, "c"); err != nil || !slices.Equal(routes, []string{"c"}) {
+		t.Errorf("RedeliverTo c = %v, %v; want c", routes, err)
+	}
+	if _, err := RedeliverTo(r, "b"); webhookd.ErrorCode(err) != webhookd.ECONFLICT {
+		t.Errorf("RedeliverTo a pending route: %v, want a conflict", err)
+	}
 	r.Routes = r.Routes[1:2]
 	if routes, err := Redeliverable(r); webhookd.ErrorCode(err) != webhookd.ECONFLICT || routes != nil {
 		t.Errorf("Redeliverable of a pending route = %v, %v; want a conflict", routes, err)

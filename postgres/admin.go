@@ -131,12 +131,7 @@ func (s *Store) Redeliver(ctx context.Context, source, requestID, route string) 
 		if r == nil {
 			return webhookd.Errorf(webhookd.ENOTFOUND, "no receipt for %s/%s", source, requestID)
 		}
-		routes := []string{route}
-		if route == "" {
-			routes, err = forward.Redeliverable(r)
-		} else {
-			err = forward.CanRedeliver(r, route)
-		}
+		routes, err := forward.RedeliverTo(r, route)
 		if err != nil {
 			return err
 		}

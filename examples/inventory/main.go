@@ -137,7 +137,7 @@ func (s *service) seed(ctx context.Context, stock string) error {
 		if !ok || err != nil || n < 0 {
 			return fmt.Errorf("stock %q: want SKU=quantity", item)
 		}
-		if _, err := s.db.ExecContext(ctx, s.rebind(`INSERT INTO `+s.stockT+` (sku, quantity) VALUES (?, ?) ON CONFLICT DO NOTHING`), sku, n); err != nil {
+		if _, err := s.db.ExecContext(ctx, s.dialect.Rebind(`INSERT INTO `+s.stockT+` (sku, quantity) VALUES (?, ?) ON CONFLICT DO NOTHING`), sku, n); err != nil {
 			return fmt.Errorf("seed stock: %w", err)
 		}
 	}
@@ -169,7 +169,7 @@ func (s *service) apply(ctx context.Context, tx *sql.Tx, d consume.Delivery) err
 	if ev.Quantity <= 0 || ev.SKU == "" || ev.ReservationID == "" {
 		return consume.Permanent(fmt.Errorf("reservation %q: needs a reservation_id, a sku and a positive quantity", ev.ReservationID))
 	}
-	res, err := tx.ExecContext(ctx, s.rebind(`UPDATE `+s.stockT+` SET quantity = quantity - ? WHERE sku = ? AND quantity >= ?`), ev.Quantity, ev.SKU, ev.Quantity)
+	res, err := tx.ExecContext(ctx, s.dialect.Rebind(`UPDATE `+s.stockT+` SET quantity = quantity - ? WHERE sku = ? AND quantity >= ?`), ev.Quantity, ev.SKU, ev.Quantity)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (s *service) apply(ctx context.Context, tx *sql.Tx, d consume.Delivery) err
 	} else if n == 0 {
 		return consume.Permanent(fmt.Errorf("reservation %s: SKU %q unknown or with less than %d in stock", ev.ReservationID, ev.SKU, ev.Quantity))
 	}
-	_, err = tx.ExecContext(ctx, s.rebind(`INSERT INTO `+s.reserveT+` (reservation_id, sku, quantity, event_key) VALUES (?, ?, ?, ?)`), ev.ReservationID, ev.SKU, ev.Quantity, d.Key)
+	_, err = tx.ExecContext(ctx, s.dialect.Rebind(`INSERT INTO `+s.reserveT+` (reservation_id, sku, quantity, event_key) VALUES (?, ?, ?, ?)`), ev.ReservationID, ev.SKU, ev.Quantity, d.Key)
 	return err
 }
 
@@ -206,22 +206,4 @@ func (s *service) stock(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(stock)
-}
-
-// rebind turns ? placeholders into PostgreSQL's $n.
-func (s *service) rebind(stmt string) string {
-	if s.dialect != consume.PostgreSQL {
-		return stmt
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range stmt {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
