@@ -363,7 +363,8 @@ func checkCommon(t *testing.T, objects map[string][]*object, kind string) deploy
 	// Security: non-root, no privileges, a read-only root filesystem.
 	psc := pod.SecurityContext
 	if !isTrue(psc.RunAsNonRoot) || psc.RunAsUser == 0 || psc.SeccompProfile.Type != "RuntimeDefault" {
-		t.Errorf("pod security context %+v, want non-root and seccomp RuntimeDefault", psc)
+		t.Errorf("pod security context: runAsNonRoot %v, runAsUser %d, seccomp %q; want non-root and seccomp RuntimeDefault",
+			deref(psc.RunAsNonRoot), psc.RunAsUser, psc.SeccompProfile.Type)
 	}
 	if psc.FSGroup != 65532 {
 		t.Errorf("fsGroup %d, want 65532, the image's user, so that it can write its volume", psc.FSGroup)
@@ -372,7 +373,9 @@ func checkCommon(t *testing.T, objects map[string][]*object, kind string) deploy
 	if !isTrue(csc.RunAsNonRoot) || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation ||
 		!isTrue(csc.ReadOnlyRootFilesystem) || !slices.Equal(csc.Capabilities.Drop, []string{"ALL"}) ||
 		csc.SeccompProfile.Type != "RuntimeDefault" {
-		t.Errorf("container security context %+v, want non-root, no privilege escalation, a read-only root filesystem, capabilities ALL dropped, seccomp RuntimeDefault", csc)
+		t.Errorf("container security context: runAsNonRoot %v, allowPrivilegeEscalation %v, readOnlyRootFilesystem %v, capabilities dropped %q, seccomp %q; "+
+			"want non-root, no privilege escalation, a read-only root filesystem, capabilities ALL dropped, seccomp RuntimeDefault",
+			deref(csc.RunAsNonRoot), deref(csc.AllowPrivilegeEscalation), deref(csc.ReadOnlyRootFilesystem), csc.Capabilities.Drop, csc.SeccompProfile.Type)
 	}
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Error("the service account token is mounted; webhookd does not call the Kubernetes API")
@@ -399,6 +402,14 @@ func secretOf(v *envVar) secretRef {
 
 func isTrue(b *bool) bool { return b != nil && *b }
 
+// deref returns *p, or nil when p is, for messages.
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
 // subset says whether every label of sel is in labels.
 func subset(sel, labels map[string]string) bool {
 	for k, v := range sel {
@@ -415,7 +426,7 @@ func TestBadger(t *testing.T) {
 	objects := render(t, "-f", chart+"/ci/badger-values.yaml")
 	d := checkCommon(t, objects, "StatefulSet")
 	if r := d.workload.Spec.Replicas; r == nil || *r != 1 {
-		t.Errorf("replicas %v, want 1: Badger locks its directory", r)
+		t.Errorf("replicas %v, want 1: Badger locks its directory", deref(r))
 	}
 	if d.config.Storage.Backend != configs.Badger {
 		t.Errorf("storage.backend %q, want badger", d.config.Storage.Backend)
@@ -442,7 +453,7 @@ func TestPostgres(t *testing.T) {
 	objects := render(t, "-f", chart+"/ci/postgres-values.yaml")
 	d := checkCommon(t, objects, "Deployment")
 	if r := d.workload.Spec.Replicas; r == nil || *r != 3 {
-		t.Errorf("replicas %v, want 3, storage.postgres.replicas", r)
+		t.Errorf("replicas %v, want 3, storage.postgres.replicas", deref(r))
 	}
 	if d.config.Storage.Backend != configs.Postgres || d.config.DataDir != "" {
 		t.Errorf("storage.backend %q, data_dir %q: want postgres, and no data_dir", d.config.Storage.Backend, d.config.DataDir)
