@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -616,4 +617,54 @@ func documentedRules(t *testing.T) ruleFile {
 		t.Fatal("docs/operations.md's alert rules hold no rule")
 	}
 	return rules
+}
+
+// TestDocumentedValues renders the chart with the values file of
+// docs/operations.md's section Kubernetes and checks that webhookd takes
+// the configuration it gives, its source's secret from the Secret named.
+func TestDocumentedValues(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "\n## Kubernetes\n")
+	_, block, ok := strings.Cut(section, "```yaml\n# webhookd-values.yaml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/operations.md's section Kubernetes has no YAML block starting # webhookd-values.yaml")
+	}
+	values := filepath.Join(t.TempDir(), "webhookd-values.yaml")
+	if err := os.WriteFile(values, []byte(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, backend := range []string{"badger", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			objects := render(t, "-f", values, "--set", "storage.backend="+backend,
+				"--set", "storage.postgres.dsn.existingSecret=webhookd-postgres")
+			var w workload
+			kind := map[string]string{"badger": "StatefulSet", "postgres": "Deployment"}[backend]
+			one(t, objects, kind).decode(t, &w)
+			c := &w.Spec.Template.Spec.Containers[0]
+			if ref := secretOf(c.env("STRIPE_WEBHOOK_SECRET")); ref != (secretRef{Name: "stripe", Key: "signing-secret"}) {
+				t.Errorf("STRIPE_WEBHOOK_SECRET from %+v, want extraEnv's Secret", ref)
+			}
+			var cm struct {
+				Data map[string]string `yaml:"data"`
+			}
+			one(t, objects, "ConfigMap").decode(t, &cm)
+			t.Setenv("WEBHOOKD_ADMIN_TOKEN", "admin-token")
+			t.Setenv("WEBHOOKD_POSTGRES_DSN", "postgres://webhookd@db/webhookd")
+			t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_test")
+			cfg, err := configs.Parse([]byte(cm.Data["webhookd.yaml"]))
+			if err != nil {
+				t.Fatalf("the ConfigMap's webhookd.yaml: %v\n%s", err, cm.Data["webhookd.yaml"])
+			}
+			if len(cfg.Sources) != 1 || cfg.Sources[0].Verify == nil || !slices.Equal(cfg.Sources[0].Verify.Secrets, []string{"whsec_test"}) {
+				t.Errorf("sources %+v, want stripe verified with STRIPE_WEBHOOK_SECRET", cfg.Sources)
+			}
+			if cfg.Storage.Backend != backend {
+				t.Errorf("storage.backend %q, want %s", cfg.Storage.Backend, backend)
+			}
+		})
+	}
 }
