@@ -122,8 +122,9 @@ type envVar struct {
 
 type probe struct {
 	HTTPGet struct {
-		Path string `yaml:"path"`
-		Port string `yaml:"port"`
+		Path   string `yaml:"path"`
+		Port   string `yaml:"port"`
+		Scheme string `yaml:"scheme"`
 	} `yaml:"httpGet"`
 }
 
@@ -192,6 +193,25 @@ func (c *container) mount(volume string) string {
 	return ""
 }
 
+// serviceMonitor is the part of a ServiceMonitor the tests check.
+type serviceMonitor struct {
+	Spec struct {
+		Selector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"selector"`
+		Endpoints []struct {
+			Port        string         `yaml:"port"`
+			Path        string         `yaml:"path"`
+			Scheme      string         `yaml:"scheme"`
+			TLSConfig   map[string]any `yaml:"tlsConfig"`
+			Relabelings []struct {
+				TargetLabel string `yaml:"targetLabel"`
+				Replacement string `yaml:"replacement"`
+			} `yaml:"relabelings"`
+		} `yaml:"endpoints"`
+	} `yaml:"spec"`
+}
+
 type workload struct {
 	Spec struct {
 		Replicas *int `yaml:"replicas"`
@@ -216,6 +236,9 @@ type workload struct {
 					ConfigMap *struct {
 						Name string `yaml:"name"`
 					} `yaml:"configMap"`
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+					} `yaml:"secret"`
 				} `yaml:"volumes"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
@@ -330,8 +353,8 @@ func checkCommon(t *testing.T, objects map[string][]*object, kind string) deploy
 			t.Errorf("no %s probe", p.name)
 			continue
 		}
-		if got := p.probe.HTTPGet; got.Path != p.path || got.Port != "http" {
-			t.Errorf("%s probe GET %s on port %q, want GET %s on http (%s)", p.name, got.Path, got.Port, p.path, cfg.Listen)
+		if got := p.probe.HTTPGet; got.Path != p.path || got.Port != "http" || got.Scheme != "HTTP" {
+			t.Errorf("%s probe GET %s on port %q over %s, want GET %s on http (%s) over HTTP", p.name, got.Path, got.Port, got.Scheme, p.path, cfg.Listen)
 		}
 	}
 
@@ -539,21 +562,7 @@ func TestMonitoring(t *testing.T) {
 	}
 
 	objects := render(t, "-f", chart+"/ci/badger-values.yaml")
-	var sm struct {
-		Spec struct {
-			Selector struct {
-				MatchLabels map[string]string `yaml:"matchLabels"`
-			} `yaml:"selector"`
-			Endpoints []struct {
-				Port        string `yaml:"port"`
-				Path        string `yaml:"path"`
-				Relabelings []struct {
-					TargetLabel string `yaml:"targetLabel"`
-					Replacement string `yaml:"replacement"`
-				} `yaml:"relabelings"`
-			} `yaml:"endpoints"`
-		} `yaml:"spec"`
-	}
+	var sm serviceMonitor
 	one(t, objects, "ServiceMonitor").decode(t, &sm)
 	var scraped []string
 	for _, svc := range objects["Service"] {
@@ -568,8 +577,8 @@ func TestMonitoring(t *testing.T) {
 		t.Fatalf("%d endpoints, want 1", len(sm.Spec.Endpoints))
 	}
 	ep := sm.Spec.Endpoints[0]
-	if ep.Port != "admin" || ep.Path != "/metrics" {
-		t.Errorf("scrapes %s on port %s, want /metrics on admin", ep.Path, ep.Port)
+	if ep.Port != "admin" || ep.Path != "/metrics" || ep.Scheme != "" {
+		t.Errorf("scrapes %s on port %s over %q, want /metrics on admin over http", ep.Path, ep.Port, ep.Scheme)
 	}
 	if len(ep.Relabelings) != 1 || ep.Relabelings[0].TargetLabel != "job" || ep.Relabelings[0].Replacement != "webhookd" {
 		t.Errorf("relabelings %+v, want job=webhookd, which the rule WebhookdDown names", ep.Relabelings)
@@ -666,5 +675,40 @@ func TestDocumentedValues(t *testing.T) {
 				t.Errorf("storage.backend %q, want %s", cfg.Storage.Backend, backend)
 			}
 		})
+	}
+}
+
+// TestTLS checks the chart with listeners over TLS: the certificates'
+// Secret mounted where the configuration names its files, the probes over
+// HTTPS, and the scrape of the admin listener over https, trusting what
+// the values say.
+func TestTLS(t *testing.T) {
+	objects := render(t, "-f", chart+"/ci/badger-values.yaml",
+		"--set", "config.tls.cert_file=/tls/tls.crt", "--set", "config.tls.key_file=/tls/tls.key",
+		"--set", "config.admin.tls.cert_file=/tls/tls.crt", "--set", "config.admin.tls.key_file=/tls/tls.key",
+		"--set-json", `extraVolumes=[{"name":"tls","secret":{"secretName":"webhookd-tls"}}]`,
+		"--set-json", `extraVolumeMounts=[{"name":"tls","mountPath":"/tls","readOnly":true}]`,
+		"--set-json", `serviceMonitor.tlsConfig={"serverName":"webhookd-admin"}`)
+	var w workload
+	one(t, objects, "StatefulSet").decode(t, &w)
+	c := &w.Spec.Template.Spec.Containers[0]
+	for name, p := range map[string]*probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet.Scheme != "HTTPS" {
+			t.Errorf("%s probe %+v, want it over HTTPS", name, p)
+		}
+	}
+	var secret string
+	for _, v := range w.Spec.Template.Spec.Volumes {
+		if v.Name == "tls" && v.Secret != nil {
+			secret = v.Secret.SecretName
+		}
+	}
+	if secret != "webhookd-tls" || c.mount("tls") != "/tls" {
+		t.Errorf("the Secret %q is mounted at %q, want webhookd-tls at /tls", secret, c.mount("tls"))
+	}
+	var sm serviceMonitor
+	one(t, objects, "ServiceMonitor").decode(t, &sm)
+	if ep := sm.Spec.Endpoints[0]; ep.Scheme != "https" || ep.TLSConfig["serverName"] != "webhookd-admin" {
+		t.Errorf("scrapes over %q with %v, want https with serviceMonitor.tlsConfig", ep.Scheme, ep.TLSConfig)
 	}
 }
