@@ -1,0 +1,77 @@
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/webhookd/webhookd/internal/certs"
+)
+
+// tlsProblems reads every certificate, key and CA file the configuration
+// names, as serve will, so that a file that cannot serve is a problem of
+// its field before webhookd starts.
+func (c *Config) tlsProblems() []Problem {
+	var problems []Problem
+	if c.TLS != nil {
+		problems = append(problems, keyPairProblems("tls.", c.TLS.CertFile, c.TLS.KeyFile)...)
+	}
+	if c.Admin.TLS != nil {
+		problems = append(problems, keyPairProblems("admin.tls.", c.Admin.TLS.CertFile, c.Admin.TLS.KeyFile)...)
+	}
+	for i, s := range c.Sources {
+		for j, r := range s.Routes {
+			if r.TLS == nil {
+				continue
+			}
+			path := fmt.Sprintf("sources[%d].routes[%d].tls.", i, j)
+			problems = append(problems, r.TLS.problems(path, r.URL)...)
+		}
+	}
+	return problems
+}
+
+func (t *RouteTLS) problems(path, rawURL string) []Problem {
+	var problems []Problem
+	add := func(field, msg string) { problems = append(problems, Problem{Path: path + field, Msg: msg}) }
+	if u, err := url.Parse(rawURL); err == nil && u.Scheme == "http" {
+		problems = append(problems, Problem{Path: path[:len(path)-1], Msg: "is set, but url is http, which has no TLS: use https, or remove tls"})
+	}
+	switch {
+	case *t == RouteTLS{}:
+		problems = append(problems, Problem{Path: path[:len(path)-1], Msg: "is empty: set ca_file, cert_file with key_file, or server_name; or remove tls"})
+	case t.CertFile != "" && t.KeyFile == "":
+		add("key_file", "is required with cert_file")
+	case t.CertFile == "" && t.KeyFile != "":
+		add("cert_file", "is required with key_file")
+	case t.CertFile != "":
+		problems = append(problems, keyPairProblems(path, t.CertFile, t.KeyFile)...)
+	}
+	if t.CAFile != "" {
+		if _, err := certs.ReadPool(t.CAFile); err != nil {
+			problems = append(problems, fileProblem(path, err))
+		}
+	}
+	return problems
+}
+
+// keyPairProblems reads a certificate and its key; required fields left
+// empty are the validator's to report.
+func keyPairProblems(path, certFile, keyFile string) []Problem {
+	if certFile == "" || keyFile == "" {
+		return nil
+	}
+	if _, err := certs.ReadKeyPair(certFile, keyFile); err != nil {
+		return []Problem{fileProblem(path, err)}
+	}
+	return nil
+}
+
+// fileProblem files err, from package certs, under the field it names.
+func fileProblem(path string, err error) Problem {
+	var fe *certs.FileError
+	if !errors.As(err, &fe) {
+		return Problem{Path: path[:len(path)-1], Msg: err.Error()}
+	}
+	return Problem{Path: path + fe.Field, Msg: fmt.Sprintf("%s: %v", fe.Path, fe.Err)}
+}
