@@ -215,7 +215,7 @@ func NewMain(cfg *configs.Config, logger *zap.Logger) *Main {
 // come first: an address in use stops webhookd before it creates, locks or
 // connects to anything.
 func (m *Main) Run(ctx context.Context) error {
-	ls, err := gateway.Listen(m.Config)
+	ls, err := gateway.Listen(m.Config, m.Logger.Named("gateway"))
 	if err != nil {
 		return err
 	}
