@@ -388,6 +388,9 @@ func routes(cfg *configs.Config) map[forward.Target]sender.Route {
 			if f.Sign != nil {
 				r.SignSecret = f.Sign.Secret
 			}
+			if t := f.TLS; t != nil {
+				r.TLS = &sender.RouteTLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
+			}
 			rs[forward.Target{Source: s.Name, Route: f.Name}] = r
 		}
 	}
