@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync"
 	"time"
@@ -37,11 +38,11 @@ func (e *FileError) Unwrap() error { return e.Err }
 func ReadKeyPair(certFile, keyFile string) (*tls.Certificate, error) {
 	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
-		return nil, &FileError{Field: "cert_file", Path: certFile, Err: errors.Unwrap(err)}
+		return nil, &FileError{Field: "cert_file", Path: certFile, Err: cause(err)}
 	}
 	keyPEM, err := os.ReadFile(keyFile)
 	if err != nil {
-		return nil, &FileError{Field: "key_file", Path: keyFile, Err: errors.Unwrap(err)}
+		return nil, &FileError{Field: "key_file", Path: keyFile, Err: cause(err)}
 	}
 	// Checked alone first, so that a problem of the certificate is not
 	// reported as one of the key.
@@ -55,6 +56,16 @@ func ReadKeyPair(certFile, keyFile string) (*tls.Certificate, error) {
 	return &pair, nil
 }
 
+// cause is what a failed read of a file says, without the path, which
+// FileError names.
+func cause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
 // hasCertificate says whether pemData holds a certificate x509 can parse.
 func hasCertificate(pemData []byte) bool {
 	return x509.NewCertPool().AppendCertsFromPEM(pemData)
@@ -64,7 +75,7 @@ func hasCertificate(pemData []byte) bool {
 func ReadPool(caFile string) (*x509.CertPool, error) {
 	data, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, &FileError{Field: "ca_file", Path: caFile, Err: errors.Unwrap(err)}
+		return nil, &FileError{Field: "ca_file", Path: caFile, Err: cause(err)}
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(data) {
