@@ -37,9 +37,8 @@ func Example() []byte { return bytes.Clone(example) }
 
 // Config is webhookd's configuration.
 type Config struct {
-	Listen string `yaml:"listen" validate:"required,listen"`
-	// TLS, when set, serves the public listener over TLS.
-	TLS             *TLS          `yaml:"tls"`
+	Listen          string        `yaml:"listen" validate:"required,listen"`
+	TLS             *TLS          `yaml:"tls"`      // serves listen over TLS when set
 	DataDir         string        `yaml:"data_dir"` // the badger backend's directory; ./data unless set
 	Storage         Storage       `yaml:"storage"`
 	ReceiptTTL      time.Duration `yaml:"receipt_ttl" validate:"gte=1s"`
@@ -163,29 +162,6 @@ type Admin struct {
 	Token  string `yaml:"token"`
 	// TLS, when set, serves the admin listener over TLS.
 	TLS *TLS `yaml:"tls"`
-}
-
-// TLS is a listener's certificate and key, PEM files read again when they
-// change.
-type TLS struct {
-	CertFile string `yaml:"cert_file" validate:"required"`
-	KeyFile  string `yaml:"key_file" validate:"required"`
-}
-
-// RouteTLS is how a route's downstream is trusted, and how webhookd
-// proves itself to it, over https. Every field is optional; the files are
-// PEM, read again when they change.
-type RouteTLS struct {
-	// CAFile, when set, is the only trust for the downstream's
-	// certificate, in place of the system's roots.
-	CAFile string `yaml:"ca_file"`
-	// CertFile and KeyFile are the client certificate presented to a
-	// downstream that asks for one (mutual TLS); set both or neither.
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-	// ServerName is the name the downstream's certificate must hold, and
-	// the name sent to it (SNI); the URL's host unless set.
-	ServerName string `yaml:"server_name" validate:"omitempty,hostname_rfc1123"`
 }
 
 // Source is one sender of webhooks, served at POST /hooks/{name}.
@@ -802,17 +778,16 @@ func must(err error) {
 
 // rules say, per validation tag, what a value must be.
 var rules = map[string]string{
-	"required":         "is required",
-	"selector":         "must be json:<dotted.path> or header:<Name>",
-	"json_path":        "must be a dotted JSON path, e.g. data.object.id",
-	"source_name":      "must be 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit (it is a URL path segment)",
-	"header_name":      "must be an HTTP header name",
-	"listen":           "must be host:port, e.g. :8080 or 127.0.0.1:8081",
-	"unique":           "must not repeat a name",
-	"gtefield":         "must not be less than backoff.initial",
-	"http_url":         "must be an http or https URL",
-	"hostname_rfc1123": "must be a host name",
-	"with_body":        "must be a status that carries a body (every answer is JSON); 204, 205 and 304 carry none",
+	"required":    "is required",
+	"selector":    "must be json:<dotted.path> or header:<Name>",
+	"json_path":   "must be a dotted JSON path, e.g. data.object.id",
+	"source_name": "must be 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit (it is a URL path segment)",
+	"header_name": "must be an HTTP header name",
+	"listen":      "must be host:port, e.g. :8080 or 127.0.0.1:8081",
+	"unique":      "must not repeat a name",
+	"gtefield":    "must not be less than backoff.initial",
+	"http_url":    "must be an http or https URL",
+	"with_body":   "must be a status that carries a body (every answer is JSON); 204, 205 and 304 carry none",
 }
 
 func describe(fe validator.FieldError) Problem {

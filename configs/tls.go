@@ -8,6 +8,29 @@ import (
 	"github.com/webhookd/webhookd/internal/certs"
 )
 
+// TLS is a listener's certificate and key, PEM files read again when they
+// change.
+type TLS struct {
+	CertFile string `yaml:"cert_file" validate:"required"`
+	KeyFile  string `yaml:"key_file" validate:"required"`
+}
+
+// RouteTLS is how a route's downstream is trusted, and how webhookd
+// proves itself to it, over https. Every field is optional; the files are
+// PEM, read again when they change.
+type RouteTLS struct {
+	// CAFile, when set, is the only trust for the downstream's
+	// certificate, in place of the system's roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the client certificate presented to a
+	// downstream that asks for one (mutual TLS); set both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName is the name the downstream's certificate must hold, and
+	// the name sent to it (SNI); the URL's host unless set.
+	ServerName string `yaml:"server_name"`
+}
+
 // tlsProblems reads every certificate, key and CA file the configuration
 // names, as serve will, so that a file that cannot serve is a problem of
 // its field before webhookd starts.
@@ -46,6 +69,9 @@ func (t *RouteTLS) problems(path, rawURL string) []Problem {
 		add("cert_file", "is required with key_file")
 	case t.CertFile != "":
 		problems = append(problems, keyPairProblems(path, t.CertFile, t.KeyFile)...)
+	}
+	if t.ServerName != "" && validate.Var(t.ServerName, "hostname_rfc1123") != nil {
+		add("server_name", fmt.Sprintf("must be a host name (got %s)", t.ServerName))
 	}
 	if t.CAFile != "" {
 		if _, err := certs.ReadPool(t.CAFile); err != nil {
