@@ -38,6 +38,7 @@ func Example() []byte { return bytes.Clone(example) }
 // Config is webhookd's configuration.
 type Config struct {
 	Listen          string        `yaml:"listen" validate:"required,listen"`
+	TLS             *TLS          `yaml:"tls"`      // serves listen over TLS when set
 	DataDir         string        `yaml:"data_dir"` // the badger backend's directory; ./data unless set
 	Storage         Storage       `yaml:"storage"`
 	ReceiptTTL      time.Duration `yaml:"receipt_ttl" validate:"gte=1s"`
@@ -159,6 +160,8 @@ const NoAdminToken = "no admin token is configured; set admin.token (the example
 type Admin struct {
 	Listen string `yaml:"listen" validate:"required,listen"`
 	Token  string `yaml:"token"`
+	// TLS, when set, serves the admin listener over TLS.
+	TLS *TLS `yaml:"tls"`
 }
 
 // Source is one sender of webhooks, served at POST /hooks/{name}.
@@ -224,6 +227,8 @@ type Route struct {
 	Burst int    `yaml:"burst" validate:"gte=0"`
 	// Breaker stops sending to a route that keeps failing.
 	Breaker Breaker `yaml:"breaker"`
+	// TLS configures https to the downstream beyond the system's defaults.
+	TLS *RouteTLS `yaml:"tls"`
 }
 
 // Breaker configures a route's circuit breaker (forward.Breaker).
@@ -571,6 +576,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	problems = append(problems, c.storageProblems()...)
+	problems = append(problems, c.tlsProblems()...)
 	for i, s := range c.Sources {
 		src := fmt.Sprintf("sources[%d].", i)
 		if s.Version != "" && s.Resource == "" {

@@ -22,6 +22,8 @@ const MaskedSecret = "****"
 func (c *Config) Masked() *Config {
 	m := *c
 	m.Admin.Token = mask(c.Admin.Token)
+	m.TLS = clonePtr(c.TLS)
+	m.Admin.TLS = clonePtr(c.Admin.TLS)
 	m.Storage.DSN = maskDSN(c.Storage.DSN)
 	m.Record = c.Record.clone()
 	m.Sources = slices.Clone(c.Sources)
@@ -52,6 +54,7 @@ func (s Source) masked() Source {
 		for k, v := range f.Headers {
 			f.Headers[k] = mask(v)
 		}
+		f.TLS = clonePtr(f.TLS)
 		if f.Sign != nil {
 			sign := *f.Sign
 			sign.Secret = mask(sign.Secret)
@@ -59,6 +62,15 @@ func (s Source) masked() Source {
 		}
 	}
 	return s
+}
+
+// clonePtr copies what p points to, a struct of plain values.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }
 
 func (r *Record) clone() *Record {

@@ -28,8 +28,10 @@ const (
 func fullConfig(t *testing.T) *Config {
 	t.Helper()
 	t.Setenv("WEBHOOKD_TEST_ADMIN_TOKEN", testAdminToken)
+	files := writeTLSFiles(t)
 	cfg, err := Parse([]byte(`
-admin: { listen: "127.0.0.1:8081", token: "${WEBHOOKD_TEST_ADMIN_TOKEN}" }
+tls: { cert_file: ` + files.cert + `, key_file: ` + files.key + ` }
+admin: { listen: "127.0.0.1:8081", token: "${WEBHOOKD_TEST_ADMIN_TOKEN}", tls: { cert_file: ` + files.cert + `, key_file: ` + files.key + ` } }
 record: { path: /tmp/rec, redact: [X-Api-Key] }
 sources:
   - name: gh
@@ -40,7 +42,8 @@ sources:
     routes:
       - name: ci
         filter: 'headers["x-github-event"] == "push"'
-        url: http://hooks:` + testURLPassword + `@127.0.0.1:9000/gh
+        url: https://hooks:` + testURLPassword + `@127.0.0.1:9000/gh
+        tls: { ca_file: ` + files.ca + ` }
         headers: { Authorization: "` + testBearer + `", X-Tenant-Key: "` + testHeaderValue + `", X-Empty: "" }
         pass_headers: [X-GitHub-Event]
         sign: { secret: "` + testSignSecret + `" }
@@ -48,6 +51,7 @@ sources:
         url: https://audit:` + testAuditPass + `@audit.internal/gh
         headers: { Authorization: "` + testAuditBearer + `" }
         pass_headers: [X-GitHub-Delivery]
+        tls: { cert_file: ` + files.cert + `, key_file: ` + files.key + ` }
         sign: { secret: "` + testAuditSecret + `" }
   - name: plain
     request_id: header:Idempotency-Key
@@ -83,7 +87,7 @@ func TestMaskedHidesEverySecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "http://hooks:****@127.0.0.1:9000/gh"; ci.URL != want {
+	if want := "https://hooks:****@127.0.0.1:9000/gh"; ci.URL != want {
 		t.Errorf("routes[0].url = %q, want %q", ci.URL, want)
 	}
 	if want := "https://audit:****@audit.internal/gh"; audit.URL != want {
@@ -135,6 +139,11 @@ func TestMaskedLeavesUnsetSecretsEmpty(t *testing.T) {
 func TestMaskedDoesNotChangeTheOriginal(t *testing.T) {
 	cfg := fullConfig(t)
 	want := fullConfig(t)
+	// Each fixture has TLS files of its own.
+	want.TLS, want.Admin.TLS = cfg.TLS, cfg.Admin.TLS
+	for j, r := range cfg.Sources[0].Routes {
+		want.Sources[0].Routes[j].TLS = r.TLS
+	}
 	// Two compilations of one filter are not deeply equal; the compiled
 	// filter is not the masking's to change.
 	for i := range want.Sources {

@@ -46,8 +46,9 @@ func (c *drainConn) drainOnClose(maxBytes int64) { c.drain.Store(maxBytes) }
 
 func (c *drainConn) Close() error {
 	if n := c.drain.Load(); n > 0 {
-		if tc, ok := c.Conn.(*net.TCPConn); ok {
-			tc.CloseWrite()
+		// TCP's FIN, or TLS's close_notify: the answer is complete.
+		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
 		}
 		c.Conn.SetReadDeadline(time.Now().Add(drainTime))
 		io.CopyN(io.Discard, c.Conn, n)

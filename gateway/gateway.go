@@ -116,6 +116,7 @@ type Server struct {
 	public, admin       *fiber.App
 	publicLn, adminLn   net.Listener
 	publicAddr, adminAd string
+	publicTLS, adminTLS *configs.TLS
 	stopping            atomic.Bool
 
 	// readiness logs when /readyz turns 503 and back: a probe every few
@@ -146,6 +147,8 @@ func NewServer(cfg *configs.Config, decider Decider, store Store, logger *zap.Lo
 		sources:        make(map[string]*source, len(cfg.Sources)),
 		publicAddr:     cfg.Listen,
 		adminAd:        cfg.Admin.Listen,
+		publicTLS:      cfg.TLS,
+		adminTLS:       cfg.Admin.TLS,
 	}
 	for i := range cfg.Sources {
 		src, err := compileSource(&cfg.Sources[i])
@@ -301,34 +304,44 @@ type Listeners struct {
 	Public, Admin net.Listener
 }
 
-// Listen binds cfg's listen and admin.listen. Its error names the field
-// and the address, and says when another process holds the address.
-func Listen(cfg *configs.Config) (*Listeners, error) {
-	return bind(cfg.Listen, cfg.Admin.Listen)
+// Listen binds cfg's listen and admin.listen, each over TLS when its tls
+// is set. Its error names the field and the address, and says when
+// another process holds the address; or names the TLS file that cannot
+// serve. logger logs the certificates' reloads.
+func Listen(cfg *configs.Config, logger *zap.Logger) (*Listeners, error) {
+	return bind(publicEndpoint(cfg.Listen, cfg.TLS), adminEndpoint(cfg.Admin.Listen, cfg.Admin.TLS), logger)
 }
 
-func bind(publicAddr, adminAddr string) (*Listeners, error) {
-	public, err := listen("listen", publicAddr)
+func bind(public, admin endpoint, logger *zap.Logger) (*Listeners, error) {
+	publicLn, err := listen(public, logger)
 	if err != nil {
 		return nil, err
 	}
-	admin, err := listen("admin.listen", adminAddr)
+	adminLn, err := listen(admin, logger)
 	if err != nil {
-		public.Close()
+		publicLn.Close()
 		return nil, err
 	}
-	return &Listeners{Public: public, Admin: admin}, nil
+	return &Listeners{Public: publicLn, Admin: adminLn}, nil
 }
 
-func listen(field, addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
+func listen(e endpoint, logger *zap.Logger) (net.Listener, error) {
+	ln, err := net.Listen("tcp", e.addr)
 	switch {
 	case errors.Is(err, syscall.EADDRINUSE):
-		return nil, fmt.Errorf("%s: %s is already in use by another process (another webhookd?): stop it, or set %s to a free address", field, addr, field)
+		return nil, fmt.Errorf("%s: %s is already in use by another process (another webhookd?): stop it, or set %s to a free address", e.field, e.addr, e.field)
 	case err != nil:
-		return nil, fmt.Errorf("%s: cannot listen on %s: %w", field, addr, err)
+		return nil, fmt.Errorf("%s: cannot listen on %s: %w", e.field, e.addr, err)
 	}
-	return ln, nil
+	if e.tls == nil {
+		return ln, nil
+	}
+	tlsLn, err := serveTLS(ln, e.tls, e.tlsField, logger)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return tlsLn, nil
 }
 
 // Close closes both listeners, for a start that fails after Listen.
@@ -339,7 +352,7 @@ func (l *Listeners) Close() error {
 // Open binds both listeners, so that a bad address fails here, then serves
 // them in the background.
 func (s *Server) Open() error {
-	ls, err := bind(s.publicAddr, s.adminAd)
+	ls, err := bind(publicEndpoint(s.publicAddr, s.publicTLS), adminEndpoint(s.adminAd, s.adminTLS), s.logger)
 	if err != nil {
 		return err
 	}

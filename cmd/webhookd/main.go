@@ -215,7 +215,7 @@ func NewMain(cfg *configs.Config, logger *zap.Logger) *Main {
 // come first: an address in use stops webhookd before it creates, locks or
 // connects to anything.
 func (m *Main) Run(ctx context.Context) error {
-	ls, err := gateway.Listen(m.Config)
+	ls, err := gateway.Listen(m.Config, m.Logger.Named("gateway"))
 	if err != nil {
 		return err
 	}
@@ -387,6 +387,9 @@ func routes(cfg *configs.Config) map[forward.Target]sender.Route {
 			}
 			if f.Sign != nil {
 				r.SignSecret = f.Sign.Secret
+			}
+			if t := f.TLS; t != nil {
+				r.TLS = &sender.RouteTLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
 			}
 			rs[forward.Target{Source: s.Name, Route: f.Name}] = r
 		}

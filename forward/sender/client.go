@@ -57,7 +57,7 @@ func (f *Forwarder) hostClient(r Route) (*fasthttp.HostClient, error) {
 			port = "443"
 		}
 	}
-	dial, err := f.dialer(u, r.Timeout)
+	dial, err := f.dialer(u, r.Timeout, r.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -87,19 +87,15 @@ func (f *Forwarder) hostClient(r Route) (*fasthttp.HostClient, error) {
 // dial, the handshakes included, is bounded by the request's time and by
 // Close: a proxy or a server that accepts and never answers would
 // otherwise hold the attempt, or shutdown, for longer.
-func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFuncWithTimeout, error) {
+func (f *Forwarder) dialer(u *url.URL, timeout time.Duration, rt *RouteTLS) (fasthttp.DialFuncWithTimeout, error) {
 	dial, err := dialThrough(u)
 	if err != nil {
 		return nil, err
 	}
-	var tlsConfig *tls.Config
+	var tlsConfig func() *tls.Config
 	if u.Scheme == "https" {
-		tlsConfig = &tls.Config{}
-		if f.tlsConfig != nil {
-			tlsConfig = f.tlsConfig.Clone()
-		}
-		if tlsConfig.ServerName == "" {
-			tlsConfig.ServerName = u.Hostname()
+		if tlsConfig, err = f.clientTLS(u, rt); err != nil {
+			return nil, err
 		}
 	}
 	return func(addr string, left time.Duration) (net.Conn, error) {
@@ -109,10 +105,11 @@ func (f *Forwarder) dialer(u *url.URL, timeout time.Duration) (fasthttp.DialFunc
 		if err != nil || tlsConfig == nil {
 			return nc, err
 		}
-		tc := tls.Client(nc, tlsConfig)
+		c := tlsConfig()
+		tc := tls.Client(nc, c)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
-			return nil, err
+			return nil, fmt.Errorf("TLS handshake with %s (%s): %w", addr, c.ServerName, err)
 		}
 		return tc, nil
 	}, nil
@@ -226,11 +223,16 @@ type conn struct {
 	reused   bool // an answer to an earlier request was read on this connection
 	answered bool // a byte of the current request's answer was read
 	idleLost bool // the current request failed on a reused connection before any byte of its answer
+	// alert is the TLS alert the downstream ended the current request
+	// with: under TLS 1.3 a downstream checks the client certificate
+	// after the handshake, and its refusal comes on the first read, which
+	// fasthttp reports as a connection closed.
+	alert error
 }
 
 func (c *conn) Write(p []byte) (int, error) {
 	if !c.writing {
-		c.writing, c.reused, c.answered, c.idleLost = true, c.reused || c.answered, false, false
+		c.writing, c.reused, c.answered, c.idleLost, c.alert = true, c.reused || c.answered, false, false, nil
 	}
 	n, err := c.Conn.Write(p)
 	c.fail(err)
@@ -242,6 +244,10 @@ func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.answered = true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "remote error" {
+		c.alert = err
 	}
 	c.fail(err)
 	return n, err
@@ -274,6 +280,15 @@ type connAddr struct {
 func idleLost(resp *fasthttp.Response) bool {
 	a, ok := resp.LocalAddr().(*connAddr)
 	return ok && a.conn.idleLost
+}
+
+// refusal is err, or the TLS alert the downstream ended the request
+// answered in resp with, which says why.
+func refusal(resp *fasthttp.Response, err error) error {
+	if a, ok := resp.LocalAddr().(*connAddr); ok && a.conn.alert != nil {
+		return fmt.Errorf("the downstream refused the TLS connection: %w", a.conn.alert)
+	}
+	return err
 }
 
 func (c *conn) Close() error {

@@ -49,6 +49,10 @@ type Route struct {
 	// no breaker.
 	Rate    forward.Rate
 	Breaker forward.Breaker
+	// TLS, when set, is how an https downstream is trusted and how the
+	// forwarder proves itself to it; nil is the system's roots, no client
+	// certificate.
+	TLS *RouteTLS
 }
 
 // Backend is what the forwarder needs of a storage backend: its outbox,
@@ -691,7 +695,7 @@ func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, r
 		err = r.client.DoDeadline(req, resp, deadline)
 	}
 	if err != nil && !errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		return 0, 0, "", err
+		return 0, 0, "", refusal(resp, err)
 	}
 	status = resp.StatusCode()
 	if status >= 300 && err == nil {
