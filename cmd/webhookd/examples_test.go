@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/webhookd/webhookd/configs"
+	"github.com/webhookd/webhookd/internal/certs/certstest"
 	"github.com/webhookd/webhookd/signature"
 )
 
@@ -35,6 +36,25 @@ func TestProviderExamplesPassConfigCheck(t *testing.T) {
 	}
 	// A Standard Webhooks secret is also a valid secret of every other scheme.
 	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("webhookd example test secret"))
+	// Variables ending in _FILE name certificate files, which config check
+	// reads: a CA's, and a certificate and key it issued.
+	ca := certstest.NewCA(t, "webhookd example CA")
+	certFile, keyFile := ca.WriteFiles(t, t.TempDir(), "localhost")
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, ca.PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	value := func(name string) string {
+		switch {
+		case strings.HasSuffix(name, "_CA_FILE"):
+			return caFile
+		case strings.HasSuffix(name, "_CERT_FILE"):
+			return certFile
+		case strings.HasSuffix(name, "_KEY_FILE"):
+			return keyFile
+		}
+		return secret
+	}
 	var schemes []string
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
@@ -46,7 +66,7 @@ func TestProviderExamplesPassConfigCheck(t *testing.T) {
 			var names []string
 			for _, m := range exampleEnvRef.FindAllStringSubmatch(string(raw), -1) {
 				names = append(names, m[1])
-				env = append(env, m[1]+"="+secret)
+				env = append(env, m[1]+"="+value(m[1]))
 			}
 			check := exec.Command(bin, "config", "check", "--config", file)
 			check.Env = env
@@ -67,7 +87,7 @@ func TestProviderExamplesPassConfigCheck(t *testing.T) {
 			}
 
 			for _, name := range names {
-				t.Setenv(name, secret)
+				t.Setenv(name, value(name))
 			}
 			cfg, err := configs.Load(file)
 			if err != nil {
