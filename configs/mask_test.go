@@ -31,6 +31,7 @@ func fullConfig(t *testing.T) *Config {
 	cfg, err := Parse([]byte(`
 admin: { listen: "127.0.0.1:8081", token: "${WEBHOOKD_TEST_ADMIN_TOKEN}" }
 record: { path: /tmp/rec, redact: [X-Api-Key] }
+tracing: { endpoint: "http://otel:4318", sample_ratio: 0.5 }
 sources:
   - name: gh
     verify: { scheme: github, secrets: ["` + testVerifyOld + `", "` + testVerifyNew + `", ""] }

@@ -72,14 +72,13 @@ func New(ctx context.Context, cfg Config, getenv func(string) string) (*Tracing,
 	if err != nil {
 		return nil, fmt.Errorf("tracing: exporter: %w", err)
 	}
-	name := Name
+	// A later detector's attribute wins: OTEL_SERVICE_NAME and
+	// OTEL_RESOURCE_ATTRIBUTES over the default name, the section's name
+	// over both.
+	detectors := []resource.Option{resource.WithTelemetrySDK(), resource.WithAttributes(attribute.String("service.name", Name)),
+		resource.WithFromEnv()}
 	if cfg.ServiceName != "" {
-		name = cfg.ServiceName
-	}
-	detectors := []resource.Option{resource.WithTelemetrySDK(), resource.WithAttributes(attribute.String("service.name", name))}
-	if cfg.ServiceName == "" {
-		// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, detected last, win.
-		detectors = append(detectors, resource.WithFromEnv())
+		detectors = append(detectors, resource.WithAttributes(attribute.String("service.name", cfg.ServiceName)))
 	}
 	res, err := resource.New(ctx, detectors...)
 	if err != nil {
