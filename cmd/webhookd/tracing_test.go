@@ -7,9 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -250,5 +253,49 @@ sources:
 	checkAttempt(last, fmt.Sprint(len(tps)), "200")
 	if last.failed || last.attrs["webhookd.result"] != "delivered" {
 		t.Errorf("delivering attempt's span %+v", last)
+	}
+}
+
+// TestBinaryTracesFromTheEnvironment runs the real binary configured by
+// the standard OTEL_* variables alone: the downstream continues the
+// provider's trace, and SIGTERM flushes the spans before the process ends.
+func TestBinaryTracesFromTheEnvironment(t *testing.T) {
+	coll, collSrv := newCollector(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collSrv.URL)
+	t.Setenv("OTEL_SERVICE_NAME", "from-env")
+	down := &flakyDownstream{}
+	down.up.Store(true)
+	downSrv := httptest.NewServer(http.HandlerFunc(down.serve))
+	t.Cleanup(downSrv.Close)
+	dir := t.TempDir()
+	public, admin := freeAddr(t), freeAddr(t)
+	configPath := filepath.Join(dir, "webhookd.yaml")
+	if err := os.WriteFile(configPath, []byte(testConfig(t, filepath.Join(dir, "data"), downSrv.URL, public, admin)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, configPath, public)
+	const providerTrace = "5b8efff798038103d269b633813fc60c"
+	req, _ := http.NewRequest(http.MethodPost, "http://"+public+"/hooks/billing", strings.NewReader(billing("req-1", "sub_1", 1)))
+	req.Header.Set("traceparent", "00-"+providerTrace+"-eee19b7ec3c1b174-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("delivery: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitFor(t, "the forward", func() bool { tps, _ := down.seen(); return len(tps) == 1 })
+	if tps, _ := down.seen(); !strings.HasPrefix(tps[0], "00-"+providerTrace+"-") {
+		t.Errorf("downstream got traceparent %q, want one of trace %s", tps[0], providerTrace)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	for _, name := range []string{"intake", "verify", "decide", "forward"} {
+		spans := coll.named(name)
+		if len(spans) != 1 || spans[0].trace != providerTrace || spans[0].service != "from-env" {
+			t.Errorf("%s spans after SIGTERM: %+v, want one of trace %s, service from-env", name, spans, providerTrace)
+		}
 	}
 }
