@@ -221,7 +221,7 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 			}
 			dctx, decide := s.child(ctx, "decide")
 			out, err = s.decider.Decide(dctx, d)
-			if decide != nil {
+			if decide != nil && err == nil {
 				decide.SetAttributes(attribute.String("webhookd.decision", string(out.Decision)))
 			}
 			endChild(decide, err)

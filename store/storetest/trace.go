@@ -6,6 +6,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/storage"
 )
 
 // traceparent is a W3C trace context as the intake stores it.
@@ -13,8 +14,8 @@ const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 // testTraceKept follows one entry's trace context through everything the
 // outbox does to it: every attempt, on any forwarder, after a reopen, a
-// dead letter retried or a request redelivered, is a span of the trace
-// that accepted it.
+// dead letter retried, alone or in bulk, or a request redelivered, is a
+// span of the trace that accepted it.
 func testTraceKept(t *testing.T, open Open) {
 	f := newFixture(t, open)
 	d := f.delivery("traced", "", 0, `{"id":"traced"}`)
@@ -68,5 +69,9 @@ func testTraceKept(t *testing.T, open Open) {
 	if err := f.b.Redeliver(ctx, source, "traced", route); err != nil {
 		t.Fatal(err)
 	}
-	f.settle(claimOne("claim of the redelivery"), webhookd.ForwardDelivered)
+	f.settle(claimOne("claim of the redelivery"), webhookd.ForwardDead)
+	if done, refused := f.retryAll(storage.DeadLetterQuery{Target: target}, 10); done != 1 || refused != 0 {
+		t.Fatalf("bulk retry: %d done, %d refused", done, refused)
+	}
+	f.settle(claimOne("claim after a bulk retry"), webhookd.ForwardDelivered)
 }
