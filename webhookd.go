@@ -55,6 +55,10 @@ type Delivery struct {
 	Body        []byte
 	ContentType string
 	Headers     map[string]string // pass-through headers for the downstream
+	// Trace is the W3C traceparent of the span that accepted the delivery,
+	// empty when tracing is off: its entries keep it, so that every forward
+	// attempt, on any replica, is a span of that trace.
+	Trace string
 }
 
 // Outcome is the answer to one delivery.

@@ -67,7 +67,7 @@ func TestParseNamesShapeProblems(t *testing.T) {
 		{"single value expected", "listen: [a, b]\n" + src, "line 1: listen: must be a single value, not a list"},
 		{"nested unknown field", src + "    routes:\n      - url: http://x\n        backoff: {intial: 1s}\n", "line 6: sources[0].routes[0].backoff.intial: unknown field (did you mean initial?)"},
 		{"routes as a section", src + "    routes:\n      url: http://x\n", "line 5: sources[0].routes: must be a list, not a section"},
-		{"unknown field, nothing near", "colour: blue\n" + src, "line 1: colour: unknown field (known: admin, data_dir, listen, log, max_body, receipt_ttl, record, shutdown_timeout, sources, storage, tls)"},
+		{"unknown field, nothing near", "colour: blue\n" + src, "line 1: colour: unknown field (known: admin, data_dir, listen, log, max_body, receipt_ttl, record, shutdown_timeout, sources, storage, tls, tracing)"},
 		{"anchor that holds itself", "sources: [&a {<<: *a, name: a, request_id: json:id}]\n", "line 1: sources[0]: *a refers to the section that holds it"},
 		{"set twice", "listen: \":1\"\nlisten: \":2\"\n" + src, "line 2: listen: set twice (also on line 1)"},
 		{"map value", src + "    responses: {stale: often}\n", `line 4: sources[0].responses[stale]: "often" is not a whole number in range`},

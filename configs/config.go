@@ -23,6 +23,7 @@ import (
 	"github.com/webhookd/webhookd/filter"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/signature"
+	"github.com/webhookd/webhookd/tracing"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -50,6 +51,9 @@ type Config struct {
 	// that does not set its own.
 	Record  *Record  `yaml:"record"`
 	Sources []Source `yaml:"sources" validate:"required,min=1,unique=Name,dive"`
+	// Tracing exports OpenTelemetry traces; off unless it or the OTEL_*
+	// environment names an endpoint.
+	Tracing tracing.Config `yaml:"tracing"`
 }
 
 // Storage chooses where receipts, versions and the outbox are kept: in
@@ -577,6 +581,7 @@ func (c *Config) Validate() error {
 	}
 	problems = append(problems, c.storageProblems()...)
 	problems = append(problems, c.tlsProblems()...)
+	problems = append(problems, c.tracingProblems()...)
 	for i, s := range c.Sources {
 		src := fmt.Sprintf("sources[%d].", i)
 		if s.Version != "" && s.Resource == "" {

@@ -26,6 +26,11 @@ func (c *Config) Masked() *Config {
 	m.Admin.TLS = clonePtr(c.Admin.TLS)
 	m.Storage.DSN = maskDSN(c.Storage.DSN)
 	m.Record = c.Record.clone()
+	m.Tracing.Endpoint = maskURL(c.Tracing.Endpoint)
+	if c.Tracing.SampleRatio != nil {
+		ratio := *c.Tracing.SampleRatio
+		m.Tracing.SampleRatio = &ratio
+	}
 	m.Sources = slices.Clone(c.Sources)
 	for i := range m.Sources {
 		m.Sources[i] = c.Sources[i].masked()

@@ -33,6 +33,7 @@ func fullConfig(t *testing.T) *Config {
 tls: { cert_file: ` + files.cert + `, key_file: ` + files.key + ` }
 admin: { listen: "127.0.0.1:8081", token: "${WEBHOOKD_TEST_ADMIN_TOKEN}", tls: { cert_file: ` + files.cert + `, key_file: ` + files.key + ` } }
 record: { path: /tmp/rec, redact: [X-Api-Key] }
+tracing: { endpoint: "http://otel:4318", sample_ratio: 0.5 }
 sources:
   - name: gh
     verify: { scheme: github, secrets: ["` + testVerifyOld + `", "` + testVerifyNew + `", ""] }

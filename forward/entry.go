@@ -7,20 +7,23 @@ import "time"
 // resource are created in version order (the stale rule refuses anything
 // else), so their outbox order is their version order.
 type Entry struct {
-	Seq           uint64            `json:"-"` // the entry's position in the outbox, which identifies it
-	Source        string            `json:"source"`
-	Route         string            `json:"route"`
-	RequestID     string            `json:"request_id"`
-	Resource      string            `json:"resource,omitempty"`
-	Version       string            `json:"version,omitempty"`
-	ContentType   string            `json:"content_type,omitempty"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	CreatedAt     time.Time         `json:"created_at"`
-	Attempts      int               `json:"attempts"`
-	NextAttemptAt time.Time         `json:"next_attempt_at"`
-	LastStatus    int               `json:"last_status,omitempty"`
-	LastError     string            `json:"last_error,omitempty"`
-	DeadAt        *time.Time        `json:"dead_at,omitempty"`
+	Seq         uint64            `json:"-"` // the entry's position in the outbox, which identifies it
+	Source      string            `json:"source"`
+	Route       string            `json:"route"`
+	RequestID   string            `json:"request_id"`
+	Resource    string            `json:"resource,omitempty"`
+	Version     string            `json:"version,omitempty"`
+	ContentType string            `json:"content_type,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	// Trace is the W3C traceparent of the accepting request's span; the
+	// forwarder's attempts are its children. Empty when tracing was off.
+	Trace         string     `json:"trace,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	Attempts      int        `json:"attempts"`
+	NextAttemptAt time.Time  `json:"next_attempt_at"`
+	LastStatus    int        `json:"last_status,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	DeadAt        *time.Time `json:"dead_at,omitempty"`
 	// BodyLost marks a dead letter whose payload expired before it was
 	// forwarded: there is nothing left to send.
 	BodyLost bool   `json:"body_lost,omitempty"`

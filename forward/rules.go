@@ -20,6 +20,7 @@ func NewEntry(d *webhookd.Delivery, route string) Entry {
 		Version:       d.Version,
 		Body:          d.Body,
 		ContentType:   d.ContentType,
+		Trace:         d.Trace,
 		Headers:       d.Headers,
 		CreatedAt:     d.ReceivedAt,
 		NextAttemptAt: d.ReceivedAt,

@@ -19,6 +19,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -101,6 +102,10 @@ type Server struct {
 	// key "" records requests for unknown sources. A source without an
 	// entry records nothing. Set before Open.
 	Recorders map[string]Recorder
+
+	// Tracer makes a span of each delivery (see handleHook); nil, tracing
+	// off, makes none. Set before Open.
+	Tracer trace.Tracer
 
 	logger  *zap.Logger
 	decider Decider

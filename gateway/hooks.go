@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +13,9 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/webhookd/webhookd"
@@ -21,6 +25,7 @@ import (
 	"github.com/webhookd/webhookd/internal/jsonenc"
 	"github.com/webhookd/webhookd/recording"
 	"github.com/webhookd/webhookd/signature"
+	"github.com/webhookd/webhookd/tracing"
 	"github.com/webhookd/webhookd/versioning"
 )
 
@@ -187,6 +192,13 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 	var d webhookd.Delivery
 	var out webhookd.Outcome
 	var err error
+	ctx := c.UserContext()
+	var span trace.Span // nil when tracing is off
+	if s.Tracer != nil {
+		ctx, span = s.Tracer.Start(tracing.Extract(ctx, headerCarrier{c}), "intake",
+			trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
+		defer span.End()
+	}
 	switch {
 	case !known:
 		err = webhookd.Errorf(webhookd.ENOTFOUND, "unknown source %q", name)
@@ -194,14 +206,25 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderAllow, fiber.MethodPost)
 		err = webhookd.Errorf(webhookd.EMETHOD, "webhooks are delivered with POST")
 	default:
-		if err = s.authenticate(c, src); err != nil {
+		_, verify := s.child(ctx, "verify")
+		err = s.authenticate(c, src)
+		endChild(verify, err)
+		if err != nil {
 			break
 		}
 		if src.slack && s.answerSlack(c, src) {
 			return nil
 		}
 		if d, err = s.parse(c, src); err == nil {
-			out, err = s.decider.Decide(c.UserContext(), d)
+			if span != nil {
+				d.Trace = tracing.Traceparent(span.SpanContext())
+			}
+			dctx, decide := s.child(ctx, "decide")
+			out, err = s.decider.Decide(dctx, d)
+			if decide != nil && err == nil {
+				decide.SetAttributes(attribute.String("webhookd.decision", string(out.Decision)))
+			}
+			endChild(decide, err)
 		}
 	}
 	status, decision := 0, string(out.Decision)
@@ -236,6 +259,9 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 		)
 	}
 	s.record(c, name, known, start, status, decision)
+	if span != nil {
+		intakeAttributes(span, name, &d, decision, status)
+	}
 	// A refusal says so too: an answer without a body (to HEAD) has only this.
 	c.Set("Webhook-Decision", decision)
 	if err != nil {
@@ -254,6 +280,50 @@ func (s *Server) handleHook(c *fiber.Ctx) error {
 	}.appendJSON(make([]byte, 0, 256)))
 	return nil
 }
+
+// child starts a span under ctx's, or returns a nil span when tracing is
+// off.
+func (s *Server) child(ctx context.Context, name string) (context.Context, trace.Span) {
+	if s.Tracer == nil {
+		return ctx, nil
+	}
+	return s.Tracer.Start(ctx, name)
+}
+
+// endChild ends a span child started, marking it failed when err is set.
+func endChild(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, reasonOf(err))
+	}
+	span.End()
+}
+
+// intakeAttributes names on the intake span what was decided about a
+// delivery: never its body or headers, which may hold secrets.
+func intakeAttributes(span trace.Span, source string, d *webhookd.Delivery, decision string, status int) {
+	span.SetAttributes(
+		attribute.String("webhookd.source", source),
+		attribute.String("webhookd.request_id", d.RequestID),
+		attribute.String("webhookd.decision", decision),
+		attribute.StringSlice("webhookd.routes", d.Routes),
+		attribute.Int("http.response.status_code", status),
+	)
+	if status >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(status))
+	}
+}
+
+// headerCarrier lets the W3C propagator read an incoming request's
+// traceparent and tracestate. Values are copies: the span context keeps
+// them past the request, whose buffers fasthttp reuses.
+type headerCarrier struct{ c *fiber.Ctx }
+
+func (h headerCarrier) Get(key string) string { return strings.Clone(h.c.Get(key)) }
+func (h headerCarrier) Set(string, string)    {}
+func (h headerCarrier) Keys() []string        { return nil }
 
 // record hands a copy of the request and its answer to the source's
 // recorder, or to the one for unknown sources (key "").

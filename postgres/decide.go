@@ -60,7 +60,7 @@ func checkText(d *webhookd.Delivery) error {
 		return nil
 	}
 	for _, f := range [][2]string{{"request_id", d.RequestID}, {"delivery_id", d.DeliveryID}, {"resource", d.Resource},
-		{"version", d.Version}, {"Content-Type", d.ContentType}} {
+		{"version", d.Version}, {"Content-Type", d.ContentType}, {"traceparent", d.Trace}} {
 		if err := check(f[0], f[1]); err != nil {
 			return err
 		}
@@ -344,9 +344,9 @@ type latestRows struct {
 
 // entryRows are outbox entries (route set) or payloads (route unused).
 type entryRows struct {
-	source, route, id, resource, version, contentType, headers []string
-	createdAt, due, expiresAt                                  []time.Time
-	body                                                       [][]byte
+	source, route, id, resource, version, contentType, headers, trace []string
+	createdAt, due, expiresAt                                         []time.Time
+	body                                                              [][]byte
 }
 
 // receipts adds the receipts the batch changed.
@@ -415,6 +415,7 @@ func (rows *entryRows) add(e *forward.Entry, expiresAt time.Time) {
 	rows.source, rows.route, rows.id = append(rows.source, e.Source), append(rows.route, e.Route), append(rows.id, e.RequestID)
 	rows.resource, rows.version = append(rows.resource, e.Resource), append(rows.version, e.Version)
 	rows.contentType, rows.headers = append(rows.contentType, e.ContentType), append(rows.headers, string(headers))
+	rows.trace = append(rows.trace, e.Trace)
 	rows.createdAt, rows.due = append(rows.createdAt, e.CreatedAt), append(rows.due, e.NextAttemptAt)
 	rows.expiresAt, rows.body = append(rows.expiresAt, expiresAt), append(rows.body, body)
 }
@@ -439,7 +440,7 @@ func (w *writes) send(ctx context.Context, tx pgx.Tx) error {
 	l := &w.latestW
 	queue(len(l.source), upsertLatest, l.source, l.resource, l.version, l.ord, l.id, l.updatedAt, l.was)
 	o := &w.outbox
-	queue(len(o.source), insertOutbox, o.source, o.route, o.id, o.resource, o.version, o.contentType, o.headers, o.createdAt, o.due)
+	queue(len(o.source), insertOutbox, o.source, o.route, o.id, o.resource, o.version, o.contentType, o.headers, o.trace, o.createdAt, o.due)
 	slices.SortFunc(w.payloads, func(a, b payload) int {
 		return compareKeys(key{a.e.Source, a.e.RequestID}, key{b.e.Source, b.e.RequestID})
 	})
@@ -447,7 +448,7 @@ func (w *writes) send(ctx context.Context, tx pgx.Tx) error {
 	for _, pl := range w.payloads {
 		p.add(pl.e, pl.expiresAt)
 	}
-	queue(len(p.source), upsertPayloads, p.source, p.id, p.resource, p.version, p.contentType, p.headers, p.createdAt, p.body, p.expiresAt)
+	queue(len(p.source), upsertPayloads, p.source, p.id, p.resource, p.version, p.contentType, p.headers, p.trace, p.createdAt, p.body, p.expiresAt)
 	res := tx.SendBatch(ctx, b)
 	defer res.Close()
 	conflict := false

@@ -261,7 +261,7 @@ func settleStatement(c *forward.Claim, r forward.Result) (string, []any, error) 
 			return "", nil, err
 		}
 		return settleBury, append(args, e.Attempts, e.LastStatus, e.LastError, e.NextAttemptAt, *e.DeadAt,
-			e.Resource, e.Version, e.ContentType, headers, e.Body), nil
+			e.Resource, e.Version, e.ContentType, headers, e.Body, e.Trace), nil
 	}
 	return settleRemove, args, nil
 }

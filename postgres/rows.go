@@ -123,7 +123,7 @@ func scanEntry(row pgx.Row, more ...any) (forward.Entry, error) {
 	var seq int64
 	var headers []byte
 	dest := append([]any{&seq, &e.Source, &e.Route, &e.RequestID, &e.Resource, &e.Version, &e.ContentType, &headers,
-		&e.CreatedAt, &e.Attempts, &e.NextAttemptAt, &e.LastStatus, &e.LastError}, more...)
+		&e.Trace, &e.CreatedAt, &e.Attempts, &e.NextAttemptAt, &e.LastStatus, &e.LastError}, more...)
 	if err := row.Scan(dest...); err != nil {
 		return e, err
 	}

@@ -71,27 +71,27 @@ const (
 	// insertOutbox appends entries in the order given, which is each
 	// lane's version order: seq follows ORDER BY.
 	insertOutbox = `INSERT INTO webhookd_outbox (source, route, request_id, resource, version, content_type, headers,
-		created_at, next_attempt_at)
-	SELECT s, rt, id, res, v, ct, h::jsonb, c, n
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[],
-		$9::timestamptz[]) WITH ORDINALITY AS x(s, rt, id, res, v, ct, h, c, n, i)
+		trace, created_at, next_attempt_at)
+	SELECT s, rt, id, res, v, ct, h::jsonb, tr, c, n
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+		$9::timestamptz[], $10::timestamptz[]) WITH ORDINALITY AS x(s, rt, id, res, v, ct, h, tr, c, n, i)
 	ORDER BY i`
 
 	// upsertPayloads replaces what an earlier receipt of a request ID
 	// left: an entry that outlived that receipt finds created_at changed
 	// and takes no body.
 	upsertPayloads = `INSERT INTO webhookd_payloads (source, request_id, resource, version, content_type, headers,
-		created_at, body, expires_at)
-	SELECT s, id, res, v, ct, h::jsonb, c, b, ex
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
-		$8::bytea[], $9::timestamptz[]) AS x(s, id, res, v, ct, h, c, b, ex)
+		trace, created_at, body, expires_at)
+	SELECT s, id, res, v, ct, h::jsonb, tr, c, b, ex
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[],
+		$9::bytea[], $10::timestamptz[]) AS x(s, id, res, v, ct, h, tr, c, b, ex)
 	ON CONFLICT (source, request_id) DO UPDATE SET
 		resource = excluded.resource, version = excluded.version, content_type = excluded.content_type,
-		headers = excluded.headers, created_at = excluded.created_at, body = excluded.body,
+		headers = excluded.headers, trace = excluded.trace, created_at = excluded.created_at, body = excluded.body,
 		expires_at = excluded.expires_at`
 )
 
-const entryColumns = `source, route, request_id, resource, version, content_type, headers, created_at, attempts,
+const entryColumns = `source, route, request_id, resource, version, content_type, headers, trace, created_at, attempts,
 	next_attempt_at, last_status, last_error`
 
 // The queue.
@@ -114,7 +114,7 @@ const (
 	)
 	UPDATE webhookd_outbox o SET lease_owner = $4, lease_token = nextval('webhookd_lease_tokens'), lease_until = $5
 	FROM heads WHERE o.seq = heads.seq
-	RETURNING o.seq, o.source, o.route, o.request_id, o.resource, o.version, o.content_type, o.headers,
+	RETURNING o.seq, o.source, o.route, o.request_id, o.resource, o.version, o.content_type, o.headers, o.trace,
 		o.created_at, o.attempts, o.next_attempt_at, o.last_status, o.last_error, o.lease_token,
 		(SELECT p.body FROM webhookd_payloads p WHERE p.source = o.source AND p.request_id = o.request_id
 			AND p.created_at = o.created_at AND p.expires_at > $2),
@@ -161,17 +161,17 @@ const (
 
 	// settleBury moves the entry to the dead letters of its route, with
 	// the body the claim carried ($17, NULL when its payload had expired).
-	// $8-$11 as in settleReschedule, $12 dead_at, $13-$16 the rest of the
-	// entry.
+	// $8-$11 as in settleReschedule, $12 dead_at, $13-$16 and $18 the rest
+	// of the entry.
 	settleBury = `WITH settled AS (
 		DELETE FROM webhookd_outbox WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
 	), status AS (` + setRouteStatus + `), dead AS (
 		INSERT INTO webhookd_dead_letters (source, route, request_id, resource, version, content_type, headers,
-			created_at, attempts, next_attempt_at, last_status, last_error, dead_at, body, token)
-		SELECT $3, $6, $4, $13, $14, $15, $16, $5, $8, $11, $9, $10, $12, $17, $2 FROM settled
+			trace, created_at, attempts, next_attempt_at, last_status, last_error, dead_at, body, token)
+		SELECT $3, $6, $4, $13, $14, $15, $16, $18, $5, $8, $11, $9, $10, $12, $17, $2 FROM settled
 		ON CONFLICT (source, route, request_id) DO UPDATE SET
 			resource = excluded.resource, version = excluded.version, content_type = excluded.content_type,
-			headers = excluded.headers, created_at = excluded.created_at, attempts = excluded.attempts,
+			headers = excluded.headers, trace = excluded.trace, created_at = excluded.created_at, attempts = excluded.attempts,
 			next_attempt_at = excluded.next_attempt_at, last_status = excluded.last_status,
 			last_error = excluded.last_error, dead_at = excluded.dead_at, body = excluded.body, token = excluded.token
 	)
@@ -223,7 +223,7 @@ const (
 
 	// lockPayload reads a payload held for the receipt first seen at $3,
 	// as an entry of no route.
-	lockPayload = `SELECT 0, source, '', request_id, resource, version, content_type, headers, created_at, 0,
+	lockPayload = `SELECT 0, source, '', request_id, resource, version, content_type, headers, trace, created_at, 0,
 		created_at, 0, '', body FROM webhookd_payloads
 	WHERE source = $1 AND request_id = $2 AND created_at = $3 AND expires_at > $4 FOR UPDATE`
 

@@ -59,6 +59,7 @@ func appendMeta(b []byte, e *forward.Entry) ([]byte, error) {
 		}
 		w.Raw("}")
 	}
+	w.OmitEmpty(`,"trace":`, e.Trace)
 	w.Raw(`,"created_at":`)
 	w.Time(e.CreatedAt)
 	w.Raw(`,"attempts":`)

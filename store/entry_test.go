@@ -14,15 +14,16 @@ import (
 // for byte and error for error: Decode reads it with encoding/json, and
 // entries written by either must read back the same.
 func FuzzEncode(f *testing.F) {
-	f.Add("billing", "ledger", "req-1", "sub_1", "10", "application/json", "X-Tenant", "t-1", "busy", int64(1796040000), 3, 503, true, []byte(`{"a":1}`))
-	f.Add("a<b>&", "\u2029<", "é\u2028\"\\", "", "", "", "", "", "\xff", int64(253402300800), 0, 0, false, []byte{})
-	f.Fuzz(func(t *testing.T, source, route, requestID, resource, version, contentType, hk, hv, lastError string,
+	f.Add("billing", "ledger", "req-1", "sub_1", "10", "application/json", "X-Tenant", "t-1", "busy",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", int64(1796040000), 3, 503, true, []byte(`{"a":1}`))
+	f.Add("a<b>&", "\u2029<", "é\u2028\"\\", "", "", "", "", "", "\xff", "", int64(253402300800), 0, 0, false, []byte{})
+	f.Fuzz(func(t *testing.T, source, route, requestID, resource, version, contentType, hk, hv, lastError, trace string,
 		sec int64, attempts, status int, dead bool, body []byte) {
 		at := time.Unix(sec, 0).UTC()
 		e := &forward.Entry{
 			Source: source, Route: route, RequestID: requestID, Resource: resource, Version: version,
 			ContentType: contentType, CreatedAt: at, Attempts: attempts, NextAttemptAt: at.Add(time.Second),
-			LastStatus: status, LastError: lastError, Body: body,
+			LastStatus: status, LastError: lastError, Trace: trace, Body: body,
 		}
 		if hk != "" {
 			e.Headers = map[string]string{hk: hv, "Z-" + hk: hv + "z", "A" + hk: ""}
@@ -55,7 +56,7 @@ func TestEncodeWritesEveryField(t *testing.T) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
 	e := &forward.Entry{
 		Seq: 7, Source: "s", Route: "a", RequestID: "r", Resource: "res", Version: "2", ContentType: "application/json",
-		Headers: map[string]string{"X-A": "1"}, CreatedAt: at, Attempts: 2, NextAttemptAt: at,
+		Headers: map[string]string{"X-A": "1"}, Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", CreatedAt: at, Attempts: 2, NextAttemptAt: at,
 		LastStatus: 503, LastError: "busy", DeadAt: &at, BodyLost: true, Body: []byte("{}"),
 	}
 	b, err := encodeEntry(e)

@@ -31,6 +31,7 @@ import (
 	"github.com/webhookd/webhookd/signature"
 	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/store"
+	"github.com/webhookd/webhookd/tracing"
 )
 
 func main() {
@@ -199,6 +200,9 @@ type Main struct {
 	Forwarder *sender.Forwarder
 	Server    *gateway.Server
 	Console   *console.Console
+	// Tracing exports the intake's and the forwarder's spans; it shuts
+	// down last, once they made their last.
+	Tracing   *tracing.Tracing
 	recorders []*recording.FileRecorder
 
 	closeOnce sync.Once
@@ -235,8 +239,12 @@ func (m *Main) start(ctx context.Context, ls *gateway.Listeners) error {
 		return err
 	}
 	m.Store = b
+	if m.Tracing, err = tracing.New(ctx, m.Config.Tracing, os.Getenv); err != nil {
+		return err
+	}
 	rs := routes(m.Config)
 	m.Forwarder = sender.New(m.Store, rs, m.Logger.Named("forward"))
+	m.Forwarder.Tracer = m.Tracing.Tracer
 	gauges := metrics.Gauges{
 		Routes:        slices.Collect(maps.Keys(rs)),
 		OutboxPending: func() (map[forward.Target]int, error) { return m.Store.Pending(context.Background()) },
@@ -274,6 +282,7 @@ func (m *Main) start(ctx context.Context, ls *gateway.Listeners) error {
 	srv.Metrics, srv.MetricsHandler = met, met.Handler()
 	srv.Observer, srv.Console = m.Console, m.Console.Handle
 	srv.Recorders = m.openRecorders()
+	srv.Tracer = m.Tracing.Tracer
 	srv.Serve(ls)
 	m.Server = srv
 	m.Logger.Info("webhookd started",
@@ -282,6 +291,7 @@ func (m *Main) start(ctx context.Context, ls *gateway.Listeners) error {
 		zap.String("storage", m.Config.Storage.Backend),
 		zap.String("data_dir", m.Config.DataDir),
 		zap.Int("sources", len(m.Config.Sources)),
+		zap.Bool("tracing", m.Tracing.Enabled()),
 	)
 	return nil
 }
@@ -398,7 +408,7 @@ func routes(cfg *configs.Config) map[forward.Target]sender.Route {
 }
 
 // Close stops intake first, so nothing new arrives, then the forwarder,
-// then closes the store. It returns every error, joined; later calls do
+// then closes the store, and last flushes the spans still buffered. It returns every error, joined; later calls do
 // nothing.
 func (m *Main) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() { m.closeErr = m.close(ctx) })
@@ -422,6 +432,9 @@ func (m *Main) close(ctx context.Context) error {
 	}
 	if m.Store != nil {
 		errs = append(errs, m.Store.Close())
+	}
+	if m.Tracing != nil {
+		errs = append(errs, m.Tracing.Shutdown(ctx))
 	}
 	return errors.Join(errs...)
 }

@@ -18,6 +18,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -25,6 +28,7 @@ import (
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/internal/ratelog"
 	"github.com/webhookd/webhookd/signature"
+	"github.com/webhookd/webhookd/tracing"
 )
 
 // Route is where and how the entries of one route of a source are
@@ -104,6 +108,11 @@ type Forwarder struct {
 	PollInterval time.Duration // a safety net beside Queue.Notify
 	// Owner names this forwarder's claims; unique per process by default.
 	Owner string
+	// Tracer makes a span of each attempt, a child of the span that
+	// accepted the entry's delivery (Entry.Trace), and the request
+	// carries it as its traceparent; nil, tracing off, makes none. Set
+	// before Open.
+	Tracer trace.Tracer
 
 	queue   forward.Queue
 	control forward.Control
@@ -554,7 +563,19 @@ func (f *Forwarder) record(r *route, c *forward.Claim, res forward.Result) (ok b
 func (f *Forwarder) attempt(r *route, e *forward.Entry, j *job) (res forward.Result, ok bool) {
 	n := e.Attempts + 1
 	start := time.Now()
-	status, retryAfter, body, err := f.post(r, e, n)
+	var span trace.Span
+	traceparent := ""
+	if f.Tracer != nil {
+		_, span = f.Tracer.Start(tracing.Parent(f.ctx, e.Trace), "forward", trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithTimestamp(start), trace.WithAttributes(
+				attribute.String("webhookd.source", e.Source),
+				attribute.String("webhookd.route", e.Route),
+				attribute.String("webhookd.request_id", e.RequestID),
+				attribute.Int("webhookd.attempt", n)))
+		traceparent = tracing.Traceparent(span.SpanContext())
+		defer func() { endAttempt(span, &res) }()
+	}
+	status, retryAfter, body, err := f.post(r, e, n, traceparent)
 	took := time.Since(start)
 	now := f.now()
 	if err != nil && f.ctx.Err() != nil {
@@ -613,6 +634,22 @@ func (f *Forwarder) attempt(r *route, e *forward.Entry, j *job) (res forward.Res
 	return res, true
 }
 
+// endAttempt names on an attempt's span how it ended: the downstream's
+// status, and the forward state it left its entry in. An attempt cut
+// short by shutdown has neither.
+func endAttempt(span trace.Span, res *forward.Result) {
+	if res.State != "" {
+		span.SetAttributes(attribute.String("webhookd.result", string(res.State)))
+	}
+	if res.Status != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", res.Status))
+	}
+	if res.Error != "" {
+		span.SetStatus(codes.Error, res.Error)
+	}
+	span.End()
+}
+
 // report tells the route's state whether the downstream answered (up),
 // and returns whether a failure counts against its entry. A success is
 // reported only when it may change something: it ends a probe, or a run
@@ -641,7 +678,7 @@ func (f *Forwarder) report(r *route, up bool, j *job) (counted bool) {
 // the start of the answer's body when its status is not 2xx (see
 // snippet). A redirect is not followed: it is the downstream's
 // configuration error, not something to replay a body to.
-func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, retryAfter time.Duration, body string, err error) {
+func (f *Forwarder) post(r *route, e *forward.Entry, attempt int, traceparent string) (status int, retryAfter time.Duration, body string, err error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -663,6 +700,9 @@ func (f *Forwarder) post(r *route, e *forward.Entry, attempt int) (status int, r
 	req.Header.Set("Webhook-Source", e.Source)
 	req.Header.Set("Webhook-Route", e.Route)
 	req.Header.Set("Webhook-Attempt", strconv.Itoa(attempt))
+	if traceparent != "" {
+		req.Header.Set("traceparent", traceparent)
+	}
 	if e.Resource != "" {
 		req.Header.Set("Webhook-Resource", e.Resource)
 	}

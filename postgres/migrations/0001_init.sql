@@ -60,6 +60,9 @@ CREATE TABLE webhookd_payloads (
     version      text        NOT NULL,
     content_type text        NOT NULL,
     headers      jsonb       NOT NULL,
+    -- The W3C traceparent of the span that accepted the request, '' when
+    -- tracing was off; the entries' and dead letters' trace is a copy.
+    trace        text        NOT NULL DEFAULT '',
     created_at   timestamptz NOT NULL,
     body         bytea       NOT NULL,
     expires_at   timestamptz NOT NULL,
@@ -82,6 +85,7 @@ CREATE TABLE webhookd_outbox (
     version         text        NOT NULL,
     content_type    text        NOT NULL,
     headers         jsonb       NOT NULL,
+    trace           text        NOT NULL DEFAULT '',
     created_at      timestamptz NOT NULL,
     attempts        integer     NOT NULL DEFAULT 0,
     next_attempt_at timestamptz NOT NULL,
@@ -107,6 +111,7 @@ CREATE TABLE webhookd_dead_letters (
     version         text        NOT NULL,
     content_type    text        NOT NULL,
     headers         jsonb       NOT NULL,
+    trace           text        NOT NULL DEFAULT '',
     created_at      timestamptz NOT NULL,
     attempts        integer     NOT NULL,
     next_attempt_at timestamptz NOT NULL,

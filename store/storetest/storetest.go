@@ -79,6 +79,7 @@ func Run(t *testing.T, open Open) {
 		{"ListPages", testListPages},
 		{"BulkRepairs", testBulkRepairs},
 		{"BulkRetryAtScale", testBulkRetryAtScale},
+		{"TraceContextKept", testTraceKept},
 	} {
 		// Each case opens backends on directories of its own, which a
 		// backend that keeps its data elsewhere maps to a database or
