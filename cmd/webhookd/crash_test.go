@@ -45,7 +45,25 @@ type process struct {
 	log *os.File
 }
 
+// startBinary starts the binary and waits until public answers /readyz
+// over plain HTTP.
 func startBinary(t *testing.T, configPath, public string) *process {
+	t.Helper()
+	p := launchBinary(t, configPath)
+	waitFor(t, "readyz", func() bool {
+		resp, err := http.Get("http://" + public + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return p
+}
+
+// launchBinary starts the binary on configPath, its output in a log file,
+// and kills it when the test ends; it does not wait for it to be ready.
+func launchBinary(t *testing.T, configPath string) *process {
 	t.Helper()
 	bin, err := buildBinary()
 	if err != nil {
@@ -62,14 +80,6 @@ func startBinary(t *testing.T, configPath, public string) *process {
 	}
 	p := &process{cmd: cmd, log: log}
 	t.Cleanup(func() { p.kill() })
-	waitFor(t, "readyz", func() bool {
-		resp, err := http.Get("http://" + public + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
 	return p
 }
 
