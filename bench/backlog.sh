@@ -173,7 +173,7 @@ say "t s | pending | accepted/s | wrk p99 ms | non-2xx | RSS MiB | RssAnon MiB |
 start=$(now) chunk=0 pending=0
 scrape
 total=$(accepted)
-RATES=()
+RATES=() LOADED=0 # LOADED: the seconds wrk ran, without the measurements between runs
 while [ "$pending" -lt "$TARGET" ]; do
 	chunk=$((chunk + 1))
 	t0=$(now) a0=$total
@@ -189,15 +189,14 @@ while [ "$pending" -lt "$TARGET" ]; do
 	total=$(accepted) pending=$(pending)
 	read -r p99_us non2xx < <(awk '/^BENCH / { for (i = 2; i <= NF; i++) { split($i, kv, "="); w[kv[1]] = kv[2] } print w["p99_us"], w["non2xx3xx"] }' "$WORK/wrk-$chunk.txt")
 	rate=$(calc "($total - $a0) / ($t1 - $t0)")
-	RATES+=("$rate")
+	RATES+=("$rate") LOADED=$(calc "$LOADED + $t1 - $t0" 3)
 	say "$(calc "$t1 - $start") | $pending | $rate | $(calc "$p99_us / 1000" 1) | $non2xx | $(rss_mib "$HOOKD_PID") | $(anon_mib "$HOOKD_PID") | $(admin_ms) | $(size)"
 	if [ "$(calc "$t1 - $start > $MAX_MINUTES * 60")" = 1 ]; then
 		say "stopped after $MAX_MINUTES minutes, short of the target"
 		break
 	fi
 done
-FILL_WALL=$(calc "$(now) - $start" 3)
-FILL_RATE=$(calc "$total / $FILL_WALL")
+FILL_RATE=$(calc "$total / $LOADED")
 
 echo
 say "drain: route bench/down resumed with $pending entries pending; up to $DRAIN_TIMEOUT s, a line every $INTERVAL s"
@@ -226,7 +225,7 @@ pcpu=$(calc "($p1 - $p0) * 100 / $CLK_TCK / $wall")
 say "$(calc "$wall") | $pending | $(calc "($f1 - $last_f) / ($t - $last_t)") | $(rss_mib "$HOOKD_PID") | $(anon_mib "$HOOKD_PID") | $(admin_ms)"
 
 echo
-say "fill: $total accepted in $(calc "$FILL_WALL") s, $FILL_RATE accepted/s; first interval ${RATES[0]}/s, last ${RATES[-1]}/s; last / first $(calc "${RATES[-1]} / ${RATES[0]}" 2) (should hold near 1)"
+say "fill: $total accepted in $(calc "$LOADED") s of wrk, $FILL_RATE accepted/s; first interval ${RATES[0]}/s, last ${RATES[-1]}/s; last / first $(calc "${RATES[-1]} / ${RATES[0]}" 2) (should hold near 1)"
 say "drain: $((f1 - f0)) forwarded in $(calc "$wall" 1) s, $DRAIN_RATE forwards/s; drain / fill $(calc "$DRAIN_RATE / $FILL_RATE" 2) (should be at least 1); outbox pending now $pending"
 say "drain CPU, % of one core: webhookd $(calc "($h1 - $h0) * 100 / $CLK_TCK / $wall"), downstream $(calc "($d1 - $d0) * 100 / $CLK_TCK / $wall"), PostgreSQL backends $pcpu"
 count=$(curl -sf --max-time 10 "$COUNT_URL")
