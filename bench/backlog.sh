@@ -6,23 +6,23 @@
 #
 # Builds webhookd and bench/downstream into a work directory and runs one
 # replica on a fresh PostgreSQL database (created, and dropped at the end),
-# or with --badger on a fresh data directory, with one source forwarding
-# on one route to the downstream, which checks per-resource order. The
-# route is paused through the admin API before intake starts, as when a
-# downstream is down for hours. wrk (-t2 -c64, 1024-byte JSON bodies from
+# or with --badger on a fresh data directory, with one source forwarding on
+# one route to the downstream, which checks per-resource order. The route is
+# paused through the admin API before intake starts, as when a downstream is
+# down for hours. wrk (-t2 -c64, 1024-byte JSON bodies from
 # bench/webhook.lua's backlog mode: new request IDs, 2,000 resources,
 # versions growing per resource) runs in intervals of SECONDS (30) until
 # ENTRIES (1,000,000) wait in the outbox. Each interval prints accepted/s,
 # wrk's p99, webhookd's RSS and its anonymous part, the outbox's pending
 # entries, the data's size (the data directory, or the receipts, payloads
-# and outbox tables) and how long one GET /admin/routes took. Then the
-# route is resumed and the drain is timed until the outbox is empty, or
-# for SECONDS (1800) at most, printing forwards/s and RSS every interval,
-# and the CPU of webhookd, the downstream and PostgreSQL (the backends of
-# webhookd's connections) over the drain. The last lines compare the
-# fill's first and last intervals, and the drain's rate with the fill's;
-# the run fails if the downstream saw a resource's version go down, if
-# fewer distinct Idempotency-Keys arrived than were accepted, or if the
+# and outbox tables) and how long one GET /metrics and one GET /admin/routes
+# took. Then the route is resumed and the drain is timed until the outbox is
+# empty, or for --drain SECONDS (1800) at most, printing forwards/s and RSS
+# every interval, and the CPU of webhookd, the downstream and PostgreSQL
+# (the backends of webhookd's connections) over the drain. The last lines
+# compare the fill's first and last intervals, and the drain's rate with the
+# fill's; the run fails if the downstream saw a resource's version go down,
+# if fewer distinct Idempotency-Keys arrived than were accepted, or if the
 # outbox did not drain. Everything it starts is stopped by PID on exit.
 # --max-minutes (60) bounds the fill. BENCH_POSTGRES is --postgres's
 # default; BENCH_BACKLOG_PORT (18580) the first of the three ports it uses
@@ -92,7 +92,11 @@ CLK_TCK=$(getconf CLK_TCK)
 admin() { # METHOD PATH: one admin call; its body on stdout
 	curl -sf --max-time 30 -X "$1" -H "Authorization: Bearer $ADMIN_TOKEN" "$ADMIN_URL$2"
 }
-scrape() { curl -sf --max-time 60 "$ADMIN_URL/metrics" >"$WORK/metrics.txt"; }
+# scrape: one GET /metrics into metrics.txt, its time in ms into SCRAPE_MS
+# (webhookd_outbox_pending is counted at every scrape). Not in $(...).
+scrape() {
+	SCRAPE_MS=$(curl -sf --max-time 60 -o "$WORK/metrics.txt" -w '%{time_total}' "$ADMIN_URL/metrics" | awk '{ printf "%.1f", $1 * 1000 }')
+}
 # metric NAME [LABEL-SUBSTRING]: the sum of the matching series in the last scrape.
 metric() {
 	awk -v name="$1" -v label="${2:-}" '
@@ -168,7 +172,7 @@ fi
 say "machine: $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); work dir $WORK; webhookd pid $HOOKD_PID, downstream pid $DOWN_PID"
 say "fill: route bench/down paused; ${INTERVAL} s intervals of wrk -t$THREADS -c$CONNS --timeout 30s until $TARGET entries wait"
 echo
-say "t s | pending | accepted/s | wrk p99 ms | non-2xx | RSS MiB | RssAnon MiB | GET /admin/routes ms | $size_header"
+say "t s | pending | accepted/s | wrk p99 ms | non-2xx | RSS MiB | RssAnon MiB | GET /metrics ms | GET /admin/routes ms | $size_header"
 
 start=$(now) chunk=0 pending=0
 scrape
@@ -190,7 +194,7 @@ while [ "$pending" -lt "$TARGET" ]; do
 	read -r p99_us non2xx < <(awk '/^BENCH / { for (i = 2; i <= NF; i++) { split($i, kv, "="); w[kv[1]] = kv[2] } print w["p99_us"], w["non2xx3xx"] }' "$WORK/wrk-$chunk.txt")
 	rate=$(calc "($total - $a0) / ($t1 - $t0)")
 	RATES+=("$rate") LOADED=$(calc "$LOADED + $t1 - $t0" 3)
-	say "$(calc "$t1 - $start") | $pending | $rate | $(calc "$p99_us / 1000" 1) | $non2xx | $(rss_mib "$HOOKD_PID") | $(anon_mib "$HOOKD_PID") | $(admin_ms) | $(size)"
+	say "$(calc "$t1 - $start") | $pending | $rate | $(calc "$p99_us / 1000" 1) | $non2xx | $(rss_mib "$HOOKD_PID") | $(anon_mib "$HOOKD_PID") | $SCRAPE_MS | $(admin_ms) | $(size)"
 	if [ "$(calc "$t1 - $start > $MAX_MINUTES * 60")" = 1 ]; then
 		say "stopped after $MAX_MINUTES minutes, short of the target"
 		break
@@ -200,7 +204,7 @@ FILL_RATE=$(calc "$total / $LOADED")
 
 echo
 say "drain: route bench/down resumed with $pending entries pending; up to $DRAIN_TIMEOUT s, a line every $INTERVAL s"
-say "t s | pending | forwards/s | RSS MiB | RssAnon MiB | GET /admin/routes ms"
+say "t s | pending | forwards/s | RSS MiB | RssAnon MiB | GET /metrics ms | GET /admin/routes ms"
 scrape
 f0=$(delivered) h0=$(cpu_ticks "$HOOKD_PID") d0=$(cpu_ticks "$DOWN_PID") p0=$(pg_ticks) t0=$(now)
 admin POST /admin/routes/bench/down/resume >/dev/null
@@ -213,7 +217,7 @@ while :; do
 	[ "$(calc "$t - $t0 < $DRAIN_TIMEOUT")" = 1 ] || break
 	if [ "$(calc "$t - $last_t >= $INTERVAL")" = 1 ]; then
 		f=$(delivered)
-		say "$(calc "$t - $t0") | $pending | $(calc "($f - $last_f) / ($t - $last_t)") | $(rss_mib "$HOOKD_PID") | $(anon_mib "$HOOKD_PID") | $(admin_ms)"
+		say "$(calc "$t - $t0") | $pending | $(calc "($f - $last_f) / ($t - $last_t)") | $(rss_mib "$HOOKD_PID") | $(anon_mib "$HOOKD_PID") | $SCRAPE_MS | $(admin_ms)"
 		last_t=$t last_f=$f
 	fi
 done
@@ -222,7 +226,7 @@ wall=$(calc "$t - $t0" 3)
 DRAIN_RATE=$(calc "($f1 - $f0) / $wall")
 pcpu=$(calc "($p1 - $p0) * 100 / $CLK_TCK / $wall")
 [ -z "$BADGER" ] || pcpu=-
-say "$(calc "$wall") | $pending | $(calc "($f1 - $last_f) / ($t - $last_t)") | $(rss_mib "$HOOKD_PID") | $(anon_mib "$HOOKD_PID") | $(admin_ms)"
+say "$(calc "$wall") | $pending | $(calc "($f1 - $last_f) / ($t - $last_t)") | $(rss_mib "$HOOKD_PID") | $(anon_mib "$HOOKD_PID") | $SCRAPE_MS | $(admin_ms)"
 
 echo
 say "fill: $total accepted in $(calc "$LOADED") s of wrk, $FILL_RATE accepted/s; first interval ${RATES[0]}/s, last ${RATES[-1]}/s; last / first $(calc "${RATES[-1]} / ${RATES[0]}" 2) (should hold near 1)"
