@@ -93,7 +93,7 @@ admin() { # METHOD PATH: one admin call; its body on stdout
 	curl -sf --max-time 30 -X "$1" -H "Authorization: Bearer $ADMIN_TOKEN" "$ADMIN_URL$2"
 }
 # scrape: one GET /metrics into metrics.txt, its time in ms into SCRAPE_MS
-# (webhookd_outbox_pending is counted at every scrape). Not in $(...).
+# (the cost of reading pending as the backlog grows). Not in $(...).
 scrape() {
 	SCRAPE_MS=$(curl -sf --max-time 60 -o "$WORK/metrics.txt" -w '%{time_total}' "$ADMIN_URL/metrics" | awk '{ printf "%.1f", $1 * 1000 }')
 }
