@@ -113,9 +113,6 @@ done
 # --- helpers -----------------------------------------------------------------
 CLK_TCK=$(getconf CLK_TCK)
 NCPU=$(getconf _NPROCESSORS_ONLN) # what /proc/stat counts, whatever this shell's affinity
-now() { date +%s.%N; }
-calc() { awk "BEGIN { printf \"%.${2:-0}f\", ($1) }"; }
-cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; } # utime + stime
 sys_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6, $9 }' /proc/stat; } # all, idle + iowait, steal
 # children_cpu sets CHILD_CPU to the CPU seconds of this shell's finished
 # children (in a phase: wrk). Not in $(...): that would time a subshell.

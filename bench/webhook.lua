@@ -16,7 +16,11 @@
 --            versions (1e9 + n) of the same resources
 --   backlog  like accept, with request IDs b-<thread>-<n> and resources
 --            q-<thread>-<n mod 1000>: new work while the downstream holds
---            forwarding, to build an outbox backlog
+--            forwarding, to build an outbox backlog. An optional second
+--            argument, a run number K > 0 (bench/backlog.sh's interval),
+--            makes the request IDs b-K-<thread>-<n> and the versions
+--            K * 1e9 + n: the same 1000 resources per thread in every run,
+--            their versions growing from one run to the next
 --   ceiling  the accept body shape, for the bare Fiber endpoint
 --
 -- accept takes an optional second argument, a prefix for its request IDs
@@ -46,12 +50,16 @@ end
 
 local mode, limit, pool
 local prefix = ""
+local run, base = "", 0
 local POOL = 65536
 local headers = { ["Content-Type"] = "application/json" }
 
 function init(args)
    mode = args[1] or "accept"
    if mode == "accept" and args[2] then prefix = args[2] .. "-" end
+   if mode == "backlog" and args[2] then
+      run, base = args[2] .. "-", tonumber(args[2]) * 1000000000
+   end
    math.randomseed(tid)
    local hex, chars = "0123456789abcdef", {}
    for i = 1, POOL do
@@ -83,7 +91,7 @@ function request()
    if mode == "accept" or mode == "ceiling" then
       b = body(n, string.format("a-%s%d-%d", prefix, tid, n), "2026-01-01T00:00:00Z", string.format("r-%s%d-%d", prefix, tid, n % 1000), n)
    elseif mode == "backlog" then
-      b = body(n, string.format("b-%d-%d", tid, n), "2026-01-01T00:15:00Z", string.format("q-%d-%d", tid, n % 1000), n)
+      b = body(n, string.format("b-%s%d-%d", run, tid, n), "2026-01-01T00:15:00Z", string.format("q-%d-%d", tid, n % 1000), base + n)
    elseif mode == "dup" then
       local i = (n - 1) % limit + 2
       b = body(i, string.format("a-%d-%d", tid, i), "2026-01-01T00:05:00Z", string.format("r-%d-%d", tid, i % 1000), i)
