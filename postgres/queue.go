@@ -216,9 +216,12 @@ func (s *Store) settleBatch(ops []*settleOp) {
 
 // trySettle writes ops, sorted as settleBatch sorts them: it locks their
 // receipts, then settles each move's claims with one statement, all in one
-// round trip. missed[i] says ops[i]'s claim no longer held its entry; a
-// claim settled twice in one batch misses the second time, so that
-// repeated answers it as it would a later batch.
+// round trip. missed[i] says ops[i]'s claim no longer held its entry. A
+// claim is known by its token, which no other claim shares: one settled
+// twice in one batch misses the second time, so that repeated answers it
+// as it would a later batch, while two claims of one entry, an expired one
+// and the one that took the entry over, are both tried and only the
+// holder settles.
 func (s *Store) trySettle(ops []*settleOp) (missed []bool, err error) {
 	ctx, cancel := s.background()
 	defer cancel()
@@ -227,11 +230,11 @@ func (s *Store) trySettle(ops []*settleOp) (missed []bool, err error) {
 	var sets [len(settleStatements)]settleSet
 	seen := make(map[uint64]bool, len(ops))
 	for i, o := range ops {
-		if seen[o.c.Seq] {
+		if seen[o.c.Token] {
 			missed[i] = true
 			continue
 		}
-		seen[o.c.Seq] = true
+		seen[o.c.Token] = true
 		receipts.add(o.c.Source, o.c.RequestID)
 		eff := forward.Apply(o.c.Entry, o.r)
 		if err := sets[eff.Move].add(i, &o.c, &eff); err != nil {
@@ -259,11 +262,11 @@ func (s *Store) trySettle(ops []*settleOp) (missed []bool, err error) {
 				return err
 			}
 			held := make(map[int64]bool, len(done))
-			for _, seq := range done {
-				held[seq] = true
+			for _, token := range done {
+				held[token] = true
 			}
 			for j, i := range set.ops {
-				missed[i] = !held[set.seq[j]]
+				missed[i] = !held[set.token[j]]
 			}
 		}
 		return res.Close()

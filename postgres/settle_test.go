@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -8,7 +9,51 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/store/storetest"
 )
+
+// TestSettleBatchOfAnEntrysClaims settles, in one batch, an expired claim,
+// the claim that took its entry over, and that claim again: the holder
+// settles, the expired claim has lost its lease, and the repeat is a
+// repeat.
+func TestSettleBatchOfAnEntrysClaims(t *testing.T) {
+	clock := storetest.NewClock()
+	s := openTest(t, storetest.Config{Dir: t.TempDir(), Now: clock.Now})
+	if _, err := s.Decide(ctx, delivery("req-1", "", 0, "x")); err != nil {
+		t.Fatal(err)
+	}
+	expired, err := s.Claim(ctx, "a", target, 1, time.Minute)
+	if err != nil || len(expired) != 1 {
+		t.Fatalf("first claim: %d, %v", len(expired), err)
+	}
+	clock.Advance(2 * time.Minute)
+	holder, err := s.Claim(ctx, "b", target, 1, time.Minute)
+	if err != nil || len(holder) != 1 || holder[0].Seq != expired[0].Seq {
+		t.Fatalf("second claim: %+v, %v", holder, err)
+	}
+	delivered := forward.Result{State: webhookd.ForwardDelivered, Attempts: 1, Status: 200, At: clock.Now()}
+	ops := []*settleOp{
+		{c: expired[0], r: delivered, done: make(chan error, 1)},
+		{c: holder[0], r: delivered, done: make(chan error, 1)},
+		{c: holder[0], r: delivered, done: make(chan error, 1)},
+	}
+	s.settleBatch(ops)
+	if err := <-ops[0].done; !errors.Is(err, forward.ErrLeaseLost) {
+		t.Errorf("expired claim: %v, want %v", err, forward.ErrLeaseLost)
+	}
+	for _, o := range ops[1:] {
+		if err := <-o.done; err != nil {
+			t.Errorf("holder: %v, want nil", err)
+		}
+	}
+	r, err := s.Receipt(ctx, "billing", "req-1")
+	if err != nil || len(r.Routes) != 1 || r.Routes[0].State != webhookd.ForwardDelivered {
+		t.Fatalf("receipt %+v, %v; want its route delivered", r, err)
+	}
+	if pending, err := s.Pending(ctx); err != nil || len(pending) != 0 {
+		t.Errorf("pending %v, %v; want none", pending, err)
+	}
+}
 
 // TestSettleInterleavedRoutesOnReplicas settles, on two replicas at once,
 // interleaved routes of the same receipts, every claim of a round at once so

@@ -163,18 +163,18 @@ const (
 			SELECT coalesce(jsonb_object_agg(k, (r.routes -> k) || v), '{}') FROM jsonb_each(u.routes) AS e(k, v)
 			WHERE r.routes ? k)
 		FROM (SELECT x.s, x.id, x.fs, jsonb_object_agg(x.rt, x.st::jsonb ORDER BY x.i) AS routes
-			FROM x JOIN settled USING (seq) GROUP BY x.s, x.id, x.fs) u
+			FROM x JOIN settled USING (seq, tok) GROUP BY x.s, x.id, x.fs) u
 		WHERE r.source = u.s AND r.request_id = u.id AND r.first_seen = u.fs`
 
 	// settleRemove deletes delivered and superseded entries whose claims
 	// still hold them, records their routes' statuses and returns the
-	// seqs it settled. settleArgs only.
+	// tokens of the claims it settled. settleArgs only.
 	settleRemove = `WITH x AS (
 		SELECT * FROM unnest(` + settleArgs + `) WITH ORDINALITY AS x(` + settleColumns + `, i)
 	), settled AS (
-		DELETE FROM webhookd_outbox o USING x WHERE ` + settleClaimed + ` RETURNING o.seq
+		DELETE FROM webhookd_outbox o USING x WHERE ` + settleClaimed + ` RETURNING o.seq, o.lease_token AS tok
 	), status AS (` + setRouteStatuses + `)
-	SELECT array(SELECT seq FROM settled)`
+	SELECT array(SELECT tok FROM settled)`
 
 	// settleReschedule keeps the entries, each due at its next attempt
 	// ($11), and ends their leases; the tokens stay, so that settling a
@@ -186,9 +186,9 @@ const (
 	), settled AS (
 		UPDATE webhookd_outbox o SET attempts = x.a, next_attempt_at = x.n, last_status = x.ls, last_error = x.le,
 			lease_owner = NULL, lease_until = NULL
-		FROM x WHERE ` + settleClaimed + ` RETURNING o.seq
+		FROM x WHERE ` + settleClaimed + ` RETURNING o.seq, o.lease_token AS tok
 	), status AS (` + setRouteStatuses + `)
-	SELECT array(SELECT seq FROM settled)`
+	SELECT array(SELECT tok FROM settled)`
 
 	// settleBury moves the entries to the dead letters of their routes,
 	// each with the body its claim carried ($17, NULL when its payload had
@@ -200,13 +200,13 @@ const (
 			$12::timestamptz[], $13::text[], $14::text[], $15::text[], $16::text[], $17::bytea[], $18::text[])
 			WITH ORDINALITY AS x(` + settleColumns + `, a, ls, le, n, dead, res, v, ct, h, b, tr, i)
 	), settled AS (
-		DELETE FROM webhookd_outbox o USING x WHERE ` + settleClaimed + ` RETURNING o.seq
+		DELETE FROM webhookd_outbox o USING x WHERE ` + settleClaimed + ` RETURNING o.seq, o.lease_token AS tok
 	), status AS (` + setRouteStatuses + `), dead AS (
 		INSERT INTO webhookd_dead_letters (source, route, request_id, resource, version, content_type, headers,
 			trace, created_at, attempts, next_attempt_at, last_status, last_error, dead_at, body, token)
 		SELECT DISTINCT ON (x.s, x.rt, x.id) x.s, x.rt, x.id, x.res, x.v, x.ct, x.h::jsonb, x.tr, x.fs, x.a, x.n, x.ls,
 			x.le, x.dead, x.b, x.tok
-		FROM x JOIN settled USING (seq)
+		FROM x JOIN settled USING (seq, tok)
 		ORDER BY x.s, x.rt, x.id, x.i DESC
 		ON CONFLICT (source, route, request_id) DO UPDATE SET
 			resource = excluded.resource, version = excluded.version, content_type = excluded.content_type,
@@ -214,7 +214,7 @@ const (
 			next_attempt_at = excluded.next_attempt_at, last_status = excluded.last_status,
 			last_error = excluded.last_error, dead_at = excluded.dead_at, body = excluded.body, token = excluded.token
 	)
-	SELECT array(SELECT seq FROM settled)`
+	SELECT array(SELECT tok FROM settled)`
 
 	// settled says whether the claim with token $2 on entry $1 was
 	// settled already: the entry was rescheduled and still carries the
