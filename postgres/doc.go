@@ -33,7 +33,10 @@
 // UPDATE SKIP LOCKED and a lease token from a sequence; a settle applies
 // only while the entry carries its token, and a repeat is known by the
 // token the settle left on the entry, its route's status on the receipt,
-// or the dead letter. Settles group-commit as decisions do. Notify fires
+// or the dead letter. Settles group-commit as decisions do: a batch locks
+// its receipts in key order, then settles each move's claims (remove,
+// reschedule, bury) in one statement over arrays, which reports the
+// entries whose claims still held them. Notify fires
 // after local commits and every PollInterval, for what other replicas did.
 //
 // A receipt's forward status per route is a jsonb object in the
@@ -42,11 +45,12 @@
 // written, replaced over an expired receipt, and expired as one row: a
 // table of its own would leave statuses behind when a request ID is
 // decided again over an expired receipt, and its expiry would delete by a
-// join whose plan rests on statistics. A settle merges its route's status
-// into the object (jsonb_set on the row it updates, the receipt's, as a
-// settle always did), so concurrent settles of one receipt's routes keep
-// each other's; repairs, which hold the receipt locked, merge whole route
-// statuses. Dead letters are keyed (source, route, request_id).
+// join whose plan rests on statistics. A settle statement merges the
+// statuses of the routes it settled into each receipt's object, one
+// update a receipt however many of its routes the batch holds, keeping
+// each route's position; it writes only the routes it settled, so
+// concurrent settles of one receipt's routes keep each other's. Repairs,
+// which hold the receipt locked, merge whole route statuses. Dead letters are keyed (source, route, request_id).
 //
 // Each route's send state (forward.RouteState: its pause, its breaker,
 // its rate budget) is a row of webhookd_routes. Grant, Release and Report

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/postgres/pgtest"
 )
 
@@ -262,6 +263,16 @@ func TestPlansWithoutStatistics(t *testing.T) {
 		sources[i], ids[i], resources[i], routes[i] = "billing", fmt.Sprint("req-", i*300), fmt.Sprint("sub-", i*300), fmt.Sprint("r", i*300%3)
 	}
 	now := time.Now()
+	var settles settleSet
+	for i := range ids {
+		c := forward.Claim{Entry: forward.Entry{Seq: uint64(i * 300), Source: "billing", Route: routes[i], RequestID: ids[i],
+			CreatedAt: now}, Token: 1}
+		eff := forward.Apply(c.Entry, forward.Result{State: webhookd.ForwardDead, At: now})
+		if err := settles.add(i, &c, &eff); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settling := settles.args(forward.Bury)
 	for _, tt := range []struct {
 		name, sql string
 		args      []any
@@ -277,6 +288,11 @@ func TestPlansWithoutStatistics(t *testing.T) {
 		{"lockReceipts", lockReceipts, []any{sources, ids, now}, "Seq Scan on webhookd_receipts", "webhookd_receipts_pkey"},
 		{"lockDeadLetters", lockDeadLetters, []any{sources, routes, ids, true}, "Seq Scan on webhookd_dead_letters", "webhookd_dead_letters_pkey"},
 		{"lockLatests", lockLatests, []any{sources, resources}, "Seq Scan on webhookd_latest", "webhookd_latest_pkey"},
+		{"lockSettling", lockSettling, []any{sources, ids}, "Seq Scan on webhookd_receipts", "webhookd_receipts_pkey"},
+		// A settle finds its entries and their receipts by primary key.
+		{"settleRemove", settleRemove, settling[:7], "Seq Scan", "webhookd_outbox_pkey"},
+		{"settleReschedule", settleReschedule, settling[:11], "Seq Scan", "webhookd_outbox_pkey"},
+		{"settleBury", settleBury, settling, "Seq Scan", "webhookd_outbox_pkey"},
 	} {
 		rows, err := s.pool.Query(ctx, "EXPLAIN "+tt.sql, tt.args...)
 		if err != nil {

@@ -178,8 +178,8 @@ func (s *Store) settleLoop() {
 	}
 }
 
-// settleBatch settles ops in one transaction, in the order of their
-// receipts' keys, the order every transaction locks receipts in, and of
+// settleBatch settles ops in one transaction. It sorts them by their
+// receipts' keys, the order every transaction locks receipts in, and by
 // their routes among one receipt's.
 func (s *Store) settleBatch(ops []*settleOp) {
 	slices.SortStableFunc(ops, func(a, b *settleOp) int {
@@ -214,56 +214,135 @@ func (s *Store) settleBatch(ops []*settleOp) {
 	}
 }
 
-// trySettle writes ops; missed[i] says ops[i]'s claim no longer held its
-// entry.
+// trySettle writes ops, sorted as settleBatch sorts them: it locks their
+// receipts, then settles each move's claims with one statement, all in one
+// round trip. missed[i] says ops[i]'s claim no longer held its entry. A
+// claim is known by its token, which no other claim shares: one settled
+// twice in one batch misses the second time, so that repeated answers it
+// as it would a later batch, while two claims of one entry, an expired one
+// and the one that took the entry over, are both tried and only the
+// holder settles.
 func (s *Store) trySettle(ops []*settleOp) (missed []bool, err error) {
 	ctx, cancel := s.background()
 	defer cancel()
-	b := &pgx.Batch{}
-	for _, o := range ops {
-		sql, args, err := settleStatement(&o.c, o.r)
-		if err != nil {
+	missed = make([]bool, len(ops))
+	var receipts receiptKeys
+	var sets [len(settleStatements)]settleSet
+	seen := make(map[uint64]bool, len(ops))
+	for i, o := range ops {
+		if seen[o.c.Token] {
+			missed[i] = true
+			continue
+		}
+		seen[o.c.Token] = true
+		receipts.add(o.c.Source, o.c.RequestID)
+		eff := forward.Apply(o.c.Entry, o.r)
+		if err := sets[eff.Move].add(i, &o.c, &eff); err != nil {
 			return nil, err
 		}
-		b.Queue(sql, args...)
 	}
-	missed = make([]bool, len(ops))
+	b := &pgx.Batch{}
+	b.Queue(lockSettling, receipts.source, receipts.id)
+	var queued []*settleSet
+	for m := range sets {
+		if set := &sets[m]; len(set.ops) > 0 {
+			b.Queue(settleStatements[m], set.args(forward.Move(m))...)
+			queued = append(queued, set)
+		}
+	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		res := tx.SendBatch(ctx, b)
 		defer res.Close()
-		for i := range ops {
-			var n int
-			if err := res.QueryRow().Scan(&n); err != nil {
+		if _, err := res.Exec(); err != nil {
+			return err
+		}
+		for _, set := range queued {
+			var done []int64
+			if err := res.QueryRow().Scan(&done); err != nil {
 				return err
 			}
-			missed[i] = n == 0
+			held := make(map[int64]bool, len(done))
+			for _, token := range done {
+				held[token] = true
+			}
+			for j, i := range set.ops {
+				missed[i] = !held[set.token[j]]
+			}
 		}
 		return res.Close()
 	})
 	return missed, err
 }
 
-// settleStatement is the statement that applies r to c's entry.
-func settleStatement(c *forward.Claim, r forward.Result) (string, []any, error) {
-	eff := forward.Apply(c.Entry, r)
+// settleStatements settle the claims of one move each.
+var settleStatements = [...]string{forward.Remove: settleRemove, forward.Reschedule: settleReschedule, forward.Bury: settleBury}
+
+// receiptKeys are the keys of the receipts a batch writes, each once, in
+// the order added.
+type receiptKeys struct{ source, id []string }
+
+// add adds a key unless it is the last one added: keys come sorted.
+func (k *receiptKeys) add(source, id string) {
+	if n := len(k.id); n > 0 && k.source[n-1] == source && k.id[n-1] == id {
+		return
+	}
+	k.source, k.id = append(k.source, source), append(k.id, id)
+}
+
+// settleSet holds the arrays of one move's settle statement, an element a
+// claim; ops are the claims' places in the batch.
+type settleSet struct {
+	ops                                            []int
+	seq, token                                     []int64
+	source, id, route, status                      []string
+	created                                        []time.Time
+	attempts, lastStatus                           []int
+	lastError                                      []string
+	next, dead                                     []time.Time
+	resource, version, contentType, headers, trace []string
+	body                                           [][]byte
+}
+
+// add appends the claim c, which is ops[i], with its effect.
+func (s *settleSet) add(i int, c *forward.Claim, eff *forward.Effect) error {
 	status, err := settledStatus(eff.Status, int64(c.Token))
 	if err != nil {
-		return "", nil, err
+		return err
 	}
-	args := []any{int64(c.Seq), int64(c.Token), c.Source, c.RequestID, c.CreatedAt, c.Route, status}
+	s.ops = append(s.ops, i)
+	s.seq, s.token = append(s.seq, int64(c.Seq)), append(s.token, int64(c.Token))
+	s.source, s.id, s.route = append(s.source, c.Source), append(s.id, c.RequestID), append(s.route, c.Route)
+	s.created, s.status = append(s.created, c.CreatedAt), append(s.status, string(status))
 	e := &eff.Entry
 	switch eff.Move {
-	case forward.Reschedule:
-		return settleReschedule, append(args, e.Attempts, e.LastStatus, e.LastError, e.NextAttemptAt), nil
-	case forward.Bury:
-		headers, err := json.Marshal(e.Headers)
-		if err != nil {
-			return "", nil, err
-		}
-		return settleBury, append(args, e.Attempts, e.LastStatus, e.LastError, e.NextAttemptAt, *e.DeadAt,
-			e.Resource, e.Version, e.ContentType, headers, e.Body, e.Trace), nil
+	case forward.Reschedule, forward.Bury:
+		s.attempts, s.lastStatus = append(s.attempts, e.Attempts), append(s.lastStatus, e.LastStatus)
+		s.lastError, s.next = append(s.lastError, e.LastError), append(s.next, e.NextAttemptAt)
 	}
-	return settleRemove, args, nil
+	if eff.Move != forward.Bury {
+		return nil
+	}
+	headers, err := json.Marshal(e.Headers)
+	if err != nil {
+		return err
+	}
+	s.dead, s.resource, s.version = append(s.dead, *e.DeadAt), append(s.resource, e.Resource), append(s.version, e.Version)
+	s.contentType, s.headers = append(s.contentType, e.ContentType), append(s.headers, string(headers))
+	s.body, s.trace = append(s.body, e.Body), append(s.trace, e.Trace)
+	return nil
+}
+
+// args are the arguments of m's settle statement.
+func (s *settleSet) args(m forward.Move) []any {
+	args := []any{s.seq, s.token, s.source, s.id, s.created, s.route, s.status}
+	if m == forward.Remove {
+		return args
+	}
+	args = append(args, s.attempts, s.lastStatus, s.lastError, s.next)
+	if m == forward.Reschedule {
+		return args
+	}
+	return append(args, s.dead, s.resource, s.version, s.contentType, s.headers, s.body, s.trace)
 }
 
 // repeated answers a Settle whose claim no longer held its entry: nil when

@@ -133,49 +133,88 @@ const (
 	// pending counts the outbox by target.
 	pending = `SELECT source, route, count(*) FROM webhookd_outbox GROUP BY source, route`
 
-	// settleRemove deletes a delivered or superseded entry if the claim
-	// ($2 token) still holds it, and then records the forward status of
-	// its route on its receipt. $1 seq, $3 source, $4 request ID, $5
-	// created_at, $6 route, $7 the status (setRouteStatus).
-	settleRemove = `WITH settled AS (
-		DELETE FROM webhookd_outbox WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
-	), status AS (` + setRouteStatus + `)
-	SELECT count(*) FROM settled`
+	// lockSettling locks the receipts of a settle batch, $1 sources and
+	// $2 request IDs in key order, one primary-key lookup each (see
+	// readReceipts), in the order given. The batch's statements then
+	// write only receipts it holds: an UPDATE locks rows in whatever
+	// order its plan visits them, and two replicas settling routes of the
+	// same receipts would otherwise wait on each other in a cycle.
+	lockSettling = `SELECT 1 FROM unnest($1::text[], $2::text[]) AS k(s, id)
+	JOIN LATERAL (SELECT 1 FROM webhookd_receipts WHERE source = k.s AND request_id = k.id LIMIT 1 FOR UPDATE) r ON true`
 
-	// setRouteStatus is the settles' update of one route's status, once
-	// the claim held: the object $7 (the status and the claim's token)
-	// replaces the route's fields but its position. Only a route of the
-	// receipt the entry belongs to is written.
-	setRouteStatus = `UPDATE webhookd_receipts SET routes = jsonb_set(routes, ARRAY[$6::text], (routes -> $6::text) || $7::jsonb)
-		WHERE source = $3 AND request_id = $4 AND first_seen = $5 AND routes ? $6::text AND EXISTS (SELECT 1 FROM settled)`
+	// settleArgs are the arrays every settle statement takes, one element
+	// a claim: $1 seqs, $2 tokens, $3 sources, $4 request IDs, $5
+	// created_at, $6 routes, $7 statuses (settledStatus). settleColumns
+	// name them in the statements' unnest.
+	settleArgs    = `$1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[]`
+	settleColumns = `seq, tok, s, id, fs, rt, st`
 
-	// settleReschedule keeps the entry, due at its next attempt ($11), and
-	// ends the lease; the token stays, so that settling the claim again is
-	// known for a repeat. $8 attempts, $9 last status, $10 last error.
-	settleReschedule = `WITH settled AS (
-		UPDATE webhookd_outbox SET attempts = $8, next_attempt_at = $11, last_status = $9, last_error = $10,
+	// settleClaimed selects the outbox rows whose claims still hold them,
+	// the claims x: o.seq = ANY($1) walks the primary key for them,
+	// whatever the planner guesses of the join.
+	settleClaimed = `o.seq = ANY($1) AND o.seq = x.seq AND o.lease_token = x.tok AND o.lease_until IS NOT NULL`
+
+	// setRouteStatuses writes the statuses of the routes settled, once
+	// the claims held, into their receipts, one update a receipt however
+	// many of its routes settle: each status object replaces its route's
+	// fields but its position. Only routes of the receipt the entry
+	// belongs to (first seen at the entry's created_at) are written.
+	setRouteStatuses = `UPDATE webhookd_receipts r SET routes = r.routes || (
+			SELECT coalesce(jsonb_object_agg(k, (r.routes -> k) || v), '{}') FROM jsonb_each(u.routes) AS e(k, v)
+			WHERE r.routes ? k)
+		FROM (SELECT x.s, x.id, x.fs, jsonb_object_agg(x.rt, x.st::jsonb ORDER BY x.i) AS routes
+			FROM x JOIN settled USING (seq, tok) GROUP BY x.s, x.id, x.fs) u
+		WHERE r.source = u.s AND r.request_id = u.id AND r.first_seen = u.fs`
+
+	// settleRemove deletes delivered and superseded entries whose claims
+	// still hold them, records their routes' statuses and returns the
+	// tokens of the claims it settled. settleArgs only.
+	settleRemove = `WITH x AS (
+		SELECT * FROM unnest(` + settleArgs + `) WITH ORDINALITY AS x(` + settleColumns + `, i)
+	), settled AS (
+		DELETE FROM webhookd_outbox o USING x WHERE ` + settleClaimed + ` RETURNING o.seq, o.lease_token AS tok
+	), status AS (` + setRouteStatuses + `)
+	SELECT array(SELECT tok FROM settled)`
+
+	// settleReschedule keeps the entries, each due at its next attempt
+	// ($11), and ends their leases; the tokens stay, so that settling a
+	// claim again is known for a repeat. $8 attempts, $9 last statuses,
+	// $10 last errors; otherwise as settleRemove.
+	settleReschedule = `WITH x AS (
+		SELECT * FROM unnest(` + settleArgs + `, $8::integer[], $9::integer[], $10::text[], $11::timestamptz[])
+			WITH ORDINALITY AS x(` + settleColumns + `, a, ls, le, n, i)
+	), settled AS (
+		UPDATE webhookd_outbox o SET attempts = x.a, next_attempt_at = x.n, last_status = x.ls, last_error = x.le,
 			lease_owner = NULL, lease_until = NULL
-		WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
-	), status AS (` + setRouteStatus + `)
-	SELECT count(*) FROM settled`
+		FROM x WHERE ` + settleClaimed + ` RETURNING o.seq, o.lease_token AS tok
+	), status AS (` + setRouteStatuses + `)
+	SELECT array(SELECT tok FROM settled)`
 
-	// settleBury moves the entry to the dead letters of its route, with
-	// the body the claim carried ($17, NULL when its payload had expired).
-	// $8-$11 as in settleReschedule, $12 dead_at, $13-$16 and $18 the rest
-	// of the entry.
-	settleBury = `WITH settled AS (
-		DELETE FROM webhookd_outbox WHERE seq = $1 AND lease_token = $2 AND lease_until IS NOT NULL RETURNING seq
-	), status AS (` + setRouteStatus + `), dead AS (
+	// settleBury moves the entries to the dead letters of their routes,
+	// each with the body its claim carried ($17, NULL when its payload had
+	// expired). $8-$11 as in settleReschedule, $12 dead_at, $13-$16 and
+	// $18 the rest of the entries. Of two entries of one dead letter's key
+	// the later in the arrays is the one kept, as if buried one by one.
+	settleBury = `WITH x AS (
+		SELECT * FROM unnest(` + settleArgs + `, $8::integer[], $9::integer[], $10::text[], $11::timestamptz[],
+			$12::timestamptz[], $13::text[], $14::text[], $15::text[], $16::text[], $17::bytea[], $18::text[])
+			WITH ORDINALITY AS x(` + settleColumns + `, a, ls, le, n, dead, res, v, ct, h, b, tr, i)
+	), settled AS (
+		DELETE FROM webhookd_outbox o USING x WHERE ` + settleClaimed + ` RETURNING o.seq, o.lease_token AS tok
+	), status AS (` + setRouteStatuses + `), dead AS (
 		INSERT INTO webhookd_dead_letters (source, route, request_id, resource, version, content_type, headers,
 			trace, created_at, attempts, next_attempt_at, last_status, last_error, dead_at, body, token)
-		SELECT $3, $6, $4, $13, $14, $15, $16, $18, $5, $8, $11, $9, $10, $12, $17, $2 FROM settled
+		SELECT DISTINCT ON (x.s, x.rt, x.id) x.s, x.rt, x.id, x.res, x.v, x.ct, x.h::jsonb, x.tr, x.fs, x.a, x.n, x.ls,
+			x.le, x.dead, x.b, x.tok
+		FROM x JOIN settled USING (seq, tok)
+		ORDER BY x.s, x.rt, x.id, x.i DESC
 		ON CONFLICT (source, route, request_id) DO UPDATE SET
 			resource = excluded.resource, version = excluded.version, content_type = excluded.content_type,
 			headers = excluded.headers, trace = excluded.trace, created_at = excluded.created_at, attempts = excluded.attempts,
 			next_attempt_at = excluded.next_attempt_at, last_status = excluded.last_status,
 			last_error = excluded.last_error, dead_at = excluded.dead_at, body = excluded.body, token = excluded.token
 	)
-	SELECT count(*) FROM settled`
+	SELECT array(SELECT tok FROM settled)`
 
 	// settled says whether the claim with token $2 on entry $1 was
 	// settled already: the entry was rescheduled and still carries the
