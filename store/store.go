@@ -109,30 +109,7 @@ func (s *Store) Open() error {
 	if s.ReceiptTTL < time.Second {
 		return errors.New("store: receipt TTL must be at least 1s (Badger expires keys by the second)")
 	}
-	opts := badger.DefaultOptions(s.Path).
-		// A 2xx tells the provider to stop retrying: it may only be sent once the decision is on disk.
-		WithSyncWrites(true).
-		// All writes go through one writer goroutine, so there is nothing to detect.
-		WithDetectConflicts(false).
-		// Compactions share the cores with the request path and the disk
-		// with the commits' syncs: more of them than cores lengthened
-		// commit stalls on the bench without compacting faster. Badger
-		// needs two at least and defaults to four.
-		WithNumCompactors(max(2, min(4, runtime.GOMAXPROCS(0)))).
-		// Value-log GC never rewrites the file being written: smaller files
-		// let large payloads give their space back without 1 GiB of traffic.
-		WithValueLogFileSize(64 << 20).
-		WithLogger(badgerLogger{SugaredLogger: s.Logger.Sugar(), vlogSyncErr: &s.vlogSyncErr})
-	memTable, multiplier := tableSizes(s.MemoryLimit)
-	opts = opts.WithMemTableSize(memTable)
-	opts.TableSizeMultiplier = multiplier // no With method for it
-	if s.memTableSize > 0 {
-		opts = opts.WithMemTableSize(s.memTableSize).WithValueThreshold(s.memTableSize / 16)
-	}
-	if s.MemoryLimit > 0 {
-		s.Logger.Info("badger sized from the soft memory limit", zap.Int64("memory_limit_bytes", s.MemoryLimit),
-			zap.Int64("memtable_bytes", opts.MemTableSize), zap.Int("table_size_multiplier", opts.TableSizeMultiplier))
-	}
+	opts := s.badgerOptions()
 	if err := s.openSpace(opts); err != nil {
 		return err
 	}
@@ -163,6 +140,35 @@ func (s *Store) Open() error {
 	go s.collectGarbage()
 	go s.adviseLogs()
 	return nil
+}
+
+// badgerOptions returns the options the store opens Badger with.
+func (s *Store) badgerOptions() badger.Options {
+	opts := badger.DefaultOptions(s.Path).
+		// A 2xx tells the provider to stop retrying: it may only be sent once the decision is on disk.
+		WithSyncWrites(true).
+		// All writes go through one writer goroutine, so there is nothing to detect.
+		WithDetectConflicts(false).
+		// Compactions share the cores with the request path and the disk
+		// with the commits' syncs: more of them than cores lengthened
+		// commit stalls on the bench without compacting faster. Badger
+		// needs two at least and defaults to four.
+		WithNumCompactors(max(2, min(4, runtime.GOMAXPROCS(0)))).
+		// Value-log GC never rewrites the file being written: smaller files
+		// let large payloads give their space back without 1 GiB of traffic.
+		WithValueLogFileSize(64 << 20).
+		WithLogger(badgerLogger{SugaredLogger: s.Logger.Sugar(), vlogSyncErr: &s.vlogSyncErr})
+	memTable, multiplier := tableSizes(s.MemoryLimit)
+	opts = opts.WithMemTableSize(memTable)
+	opts.TableSizeMultiplier = multiplier // no With method for it
+	if s.memTableSize > 0 {
+		opts = opts.WithMemTableSize(s.memTableSize).WithValueThreshold(s.memTableSize / 16)
+	}
+	if s.MemoryLimit > 0 {
+		s.Logger.Info("badger sized from the soft memory limit", zap.Int64("memory_limit_bytes", s.MemoryLimit),
+			zap.Int64("memtable_bytes", opts.MemTableSize), zap.Int("table_size_multiplier", opts.TableSizeMultiplier))
+	}
+	return opts
 }
 
 // Close stops taking operations, applies those already submitted, stops the
