@@ -257,7 +257,7 @@ func BenchmarkSettleBadgerAlone(b *testing.B) {
 
 // fill decides n deliveries of new request IDs forwarded to one route,
 // with 1 KB bodies over 1000 resources, in parallel.
-func fill(b *testing.B, s *Store, n int) {
+func fill(tb testing.TB, s *Store, n int) {
 	body := []byte(`{"pad":"` + strings.Repeat("x", 1000) + `"}`)
 	var next atomic.Int64
 	done := make(chan struct{})
@@ -268,7 +268,7 @@ func fill(b *testing.B, s *Store, n int) {
 				d := versioned(fmt.Sprint("req-", i), fmt.Sprint("res-", i%1000), uint64(i))
 				d.Body = body
 				if _, err := s.Decide(ctx, d); err != nil {
-					b.Error(err)
+					tb.Error(err)
 					return
 				}
 			}
