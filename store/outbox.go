@@ -285,7 +285,7 @@ func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) e
 			}
 		case forward.Bury:
 			t.delete(key)
-			if err := t.setEntry(deadKey(c.Target(), c.RequestID), &eff.Entry); err != nil {
+			if err := t.bury(&eff.Entry); err != nil {
 				return err
 			}
 		default:
@@ -298,6 +298,36 @@ func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) e
 		return fmt.Errorf("settle %s/%s: %w", c.Target(), c.RequestID, err)
 	}
 	return nil
+}
+
+// bury stages e as its target's dead letter, with its key in the index
+// by age. A dead letter of the same request ID that it replaces (one
+// that was accepted again after its receipt expired, and died again)
+// takes its index key with it: only this path, which is rare, reads on
+// settling.
+func (t *tx) bury(e *forward.Entry) error {
+	key := deadKey(e.Target(), e.RequestID)
+	old, found, err := t.getEntry(key, false)
+	if err != nil {
+		return err
+	}
+	age := deadAgeKey(e)
+	if found {
+		if oldAge := deadAgeKey(&old); !bytes.Equal(oldAge, age) {
+			t.delete(oldAge)
+		}
+	}
+	if err := t.setEntry(key, e); err != nil {
+		return err
+	}
+	t.setRaw(age, appendKeyTime(nil, *e.DeadAt), 0)
+	return nil
+}
+
+// unbury stages the removal of e, the dead letter at key, and of its index key.
+func (t *tx) unbury(key []byte, e *forward.Entry) {
+	t.delete(key)
+	t.delete(deadAgeKey(e))
 }
 
 func (t *tx) setEntry(key []byte, e *forward.Entry) error {
@@ -374,7 +404,7 @@ func (s *Store) stageRetry(t *tx, target forward.Target, requestID string) error
 	if err := t.canResend(&e); err != nil {
 		return err
 	}
-	t.delete(key)
+	t.unbury(key, &e)
 	return t.requeue(e, []string{e.Route}, s.ReceiptTTL)
 }
 
@@ -397,7 +427,7 @@ func (s *Store) stageDiscard(t *tx, target forward.Target, requestID string) err
 	if !found {
 		return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, requestID)
 	}
-	t.delete(key)
+	t.unbury(key, &e)
 	held, err := t.receiptOf(target.Source, requestID)
 	if err != nil {
 		return err
