@@ -76,7 +76,10 @@ type Records interface {
 	// Outbox returns a page of the entries waiting to be forwarded to
 	// target, in outbox order and without their bodies, and the cursor of
 	// the next page. An empty Route means every route of the source; an
-	// empty Source, every source.
+	// empty Source, every source. A backend that reads the outbox in its
+	// order, not by target, reads at most MaxExamined entries a page: a
+	// page of a target among many others' may come back short, or empty
+	// with a cursor.
 	Outbox(ctx context.Context, target forward.Target, page Page) (items []forward.Entry, next string, err error)
 	// DeadLetters returns a page of the dead letters of target (empty
 	// fields as in Outbox), by source, route and request ID, without their
@@ -117,7 +120,8 @@ type Page struct {
 const (
 	DefaultLimit = 100
 	MaxLimit     = 1000
-	// MaxExamined bounds the index entries one page of Receipts reads.
+	// MaxExamined bounds the index entries one page of Receipts reads,
+	// and the entries one page of Outbox reads from an outbox in its order.
 	MaxExamined = 10 * MaxLimit
 )
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/tidwall/gjson"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
@@ -101,7 +100,10 @@ func (s *Store) bulk(q storage.DeadLetterQuery, page storage.Page, repair func(t
 
 // selectDead returns the first page.Size() of the dead letters q
 // selects, after the page's cursor, and whether more follow. It reads
-// the metadata of every dead letter of q.Target, two times of each.
+// the index by age (deadAgeKey) of each target q selects, from the
+// cursor, up to a page of each: no dead letter, and no more keys than the
+// page's targets times the page (the ones the death times filter out
+// aside).
 func (s *Store) selectDead(q storage.DeadLetterQuery, page storage.Page) (refs []deadRef, more bool, err error) {
 	prefix := targetPrefix(prefixDead, q.Target)
 	var after *deadRef
@@ -116,41 +118,17 @@ func (s *Store) selectDead(q storage.DeadLetterQuery, page storage.Page) (refs [
 		}
 		after = &deadRef{created: created, key: b[timeLen:]}
 	}
-	first := newFirstN(page.Size(), compareDead)
+	limit := page.Size()
+	first := newFirstN(limit, compareDead)
 	err = s.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			if q.Target.Route != "" && !routeIs(item.Key(), q.Target.Route) {
-				continue // a route of every source: the prefix is all of them
+		targets := []forward.Target{q.Target}
+		if q.Target.Source == "" || q.Target.Route == "" {
+			targets = deadTargets(txn, q.Target)
+		}
+		for _, tg := range targets {
+			if err := selectDeadOf(txn, tg, &q, after, limit, first); err != nil {
+				return err
 			}
-			var created, deadAt time.Time
-			err := item.Value(func(b []byte) error {
-				meta, _, err := splitEntry(b)
-				if err != nil {
-					return err
-				}
-				times := gjson.GetManyBytes(meta, "created_at", "dead_at")
-				if created, err = time.Parse(time.RFC3339Nano, times[0].Str); err != nil {
-					return err
-				}
-				deadAt, _ = time.Parse(time.RFC3339Nano, times[1].Str)
-				return nil
-			})
-			if err != nil {
-				return unavailable(fmt.Errorf("dead letter %q: %w", item.Key(), err))
-			}
-			if !q.Since.IsZero() && deadAt.Before(q.Since) || !q.Until.IsZero() && !deadAt.Before(q.Until) {
-				continue
-			}
-			ref := deadRef{created: created, key: item.Key()}
-			if after != nil && compareDead(ref, *after) <= 0 {
-				continue
-			}
-			ref.key = item.KeyCopy(nil)
-			ref.target, ref.requestID = deadKeyParts(ref.key)
-			first.add(ref)
 		}
 		return nil
 	})
@@ -159,4 +137,68 @@ func (s *Store) selectDead(q storage.DeadLetterQuery, page storage.Page) (refs [
 	}
 	refs, more = first.page()
 	return refs, more, nil
+}
+
+// deadTargets returns the targets of sel (empty fields as in
+// Records.Outbox) that have dead letters, seeking past each one's keys in
+// the index by age.
+func deadTargets(txn *badger.Txn, sel forward.Target) []forward.Target {
+	prefix := []byte{prefixDeadAge}
+	if sel.Source != "" {
+		prefix = pairKey(prefixDeadAge, sel.Source, "")
+	}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	var targets []forward.Target
+	for it.Seek(prefix); it.Valid(); {
+		tg, _ := deadKeyParts(it.Item().Key())
+		if sel.Route == "" || tg.Route == sel.Route {
+			targets = append(targets, tg)
+		}
+		past := deadAgePrefix(tg)
+		past[len(past)-1] = 1 // after every key of tg, whose prefix ends in 0
+		it.Seek(past)
+	}
+	return targets
+}
+
+// selectDeadOf adds to first up to limit+1 of tg's dead letters that q's
+// death times select, after the cursor's.
+func selectDeadOf(txn *badger.Txn, tg forward.Target, q *storage.DeadLetterQuery, after *deadRef, limit int, first *firstN[deadRef]) error {
+	prefix := deadAgePrefix(tg)
+	from := prefix
+	if after != nil {
+		from = appendKeyTime(bytes.Clone(prefix), after.created)
+	}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: min(limit+1, 256)})
+	defer it.Close()
+	n := 0
+	for it.Seek(from); it.Valid() && n <= limit; it.Next() {
+		item := it.Item()
+		created, ok := keyTime(item.Key()[len(prefix):])
+		if !ok {
+			return unavailable(fmt.Errorf("malformed index key %q", item.Key()))
+		}
+		var deadAt time.Time
+		err := item.Value(func(b []byte) error {
+			if deadAt, ok = keyTime(b); !ok {
+				return errors.New("malformed death time")
+			}
+			return nil
+		})
+		if err != nil {
+			return unavailable(fmt.Errorf("dead letter index %q: %w", item.Key(), err))
+		}
+		if !q.Since.IsZero() && deadAt.Before(q.Since) || !q.Until.IsZero() && !deadAt.Before(q.Until) {
+			continue
+		}
+		requestID := string(item.Key()[len(prefix)+timeLen:])
+		ref := deadRef{created: created, key: deadKey(tg, requestID), target: tg, requestID: requestID}
+		if after != nil && compareDead(ref, *after) <= 0 {
+			continue
+		}
+		first.add(ref)
+		n++
+	}
+	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
+
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
 	"github.com/webhookd/webhookd/storage"
@@ -132,4 +134,53 @@ func TestListsOfARouteOfEverySource(t *testing.T) {
 		t.Errorf("retry of route a's: %+v, %v; want 2 done", res, err)
 	}
 	list("outbox after the retry", s.Outbox)
+}
+
+// A dead letter that replaces one of its request ID, accepted again after
+// its receipt expired, replaces its key in the index by age too: bulk
+// repair finds it once, and leaves no index key behind.
+func TestReplacedDeadLetterLeavesOneIndexKey(t *testing.T) {
+	s, decideAt, at := clocked(t)
+	die := func() {
+		t.Helper()
+		c := claimAll(t, s)
+		if len(c) != 1 {
+			t.Fatalf("claimed %d, want 1", len(c))
+		}
+		if err := s.Settle(ctx, c[0], forward.Result{State: webhookd.ForwardDead, Attempts: 1, Status: 400, At: s.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decideAt(delivery("req-1", "d-1", `{}`))
+	die()
+	at(3) // the receipt has expired
+	decideAt(delivery("req-1", "d-2", `{}`))
+	die()
+	if n := countKeys(t, s, prefixDeadAge); n != 1 {
+		t.Fatalf("%d index keys, want 1", n)
+	}
+	res, err := s.DiscardDeadLetters(ctx, storage.DeadLetterQuery{Target: ledger}, storage.Page{})
+	if err != nil || res.Done != 1 || res.Next != "" {
+		t.Fatalf("discarded %+v, %v; want the one", res, err)
+	}
+	if n := countKeys(t, s, prefixDeadAge); n != 0 {
+		t.Errorf("%d index keys left", n)
+	}
+}
+
+func countKeys(t *testing.T, s *Store, prefix byte) int {
+	t.Helper()
+	n := 0
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefix}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -109,6 +109,17 @@ func decodeBody(b []byte) (body []byte, createdAt time.Time, err error) {
 	return bytes.Clone(body), createdAt, nil
 }
 
+// entryTarget returns the target of an encoded entry, without decoding
+// the rest of it.
+func entryTarget(b []byte) (forward.Target, error) {
+	meta, _, err := splitEntry(b)
+	if err != nil {
+		return forward.Target{}, err
+	}
+	f := gjson.GetManyBytes(meta, "source", "route")
+	return forward.Target{Source: f[0].Str, Route: f[1].Str}, nil
+}
+
 func splitEntry(b []byte) (meta, body []byte, err error) {
 	n, size := binary.Uvarint(b)
 	if size <= 0 || uint64(len(b)-size) < n {

@@ -21,6 +21,7 @@ const (
 	prefixByTime  = 't'
 	prefixBySrc   = 's'
 	prefixControl = 'c'
+	prefixDeadAge = 'e'
 )
 
 // timeLen is the size of a time in a key: Unix seconds and nanoseconds,
@@ -63,6 +64,21 @@ func payloadKey(source, requestID string) []byte { return pairKey(prefixPayload,
 func deadKey(tg forward.Target, requestID string) []byte {
 	k := append(pairKey(prefixDead, tg.Source, tg.Route), 0)
 	return append(k, requestID...)
+}
+
+// deadAgePrefix is the prefix of tg's keys in the index of dead letters
+// by target and acceptance (deadAgeKey).
+func deadAgePrefix(tg forward.Target) []byte {
+	return append(pairKey(prefixDeadAge, tg.Source, tg.Route), 0)
+}
+
+// deadAgeKey is a dead letter's key in the index of each target's dead
+// letters in the order bulk repair takes them, oldest first:
+// e<source>\x00<route>\x00<created_at><request_id>. Its value is when
+// the letter died (appendKeyTime), so that a page filtered by death time
+// reads no dead letter.
+func deadAgeKey(e *forward.Entry) []byte {
+	return append(appendKeyTime(deadAgePrefix(e.Target()), e.CreatedAt), e.RequestID...)
 }
 
 // deadKeyParts returns the target and request ID named by a dead

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/tidwall/gjson"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
@@ -112,17 +113,26 @@ func (s *Store) Claim(ctx context.Context, owner string, target forward.Target, 
 	if err := s.readable(); err != nil {
 		return nil, err
 	}
-	claims, needBody := s.queue.claim(owner, target, n, lease, s.Now())
-	if len(needBody) == 0 {
+	claims, unread := s.queue.claim(owner, target, n, lease, s.Now())
+	if len(unread) == 0 {
 		return claims, nil
 	}
 	err := s.view(func(txn *badger.Txn) error {
 		t := s.reader(txn)
-		for _, i := range needBody {
-			var err error
-			if claims[i].Body, err = t.payload(&claims[i].Entry); err != nil {
+		for _, i := range unread {
+			// The queue holds committed entries only, and the commit that
+			// removes one from the outbox removes it from the queue after.
+			e, found, err := t.getEntry(outboxKey(claims[i].Seq), false)
+			if err != nil {
 				return err
 			}
+			if !found {
+				return unavailable(fmt.Errorf("outbox entry %d is missing", claims[i].Seq))
+			}
+			if e.Body, err = t.payload(&e); err != nil {
+				return err
+			}
+			claims[i].Entry = e
 		}
 		return nil
 	})
@@ -141,7 +151,11 @@ func (s *Store) Pending(ctx context.Context) (map[forward.Target]int, error) {
 }
 
 // Outbox returns a page of the pending entries of target, without
-// bodies. It reads the queue, which holds every committed entry.
+// bodies. It reads the outbox keys, ordered by position, from the
+// cursor's: a page costs what it lists, and takes nothing from claims. A
+// target's entries among many others' are looked for through at most
+// storage.MaxExamined keys a page, so a page may come back short with a
+// cursor.
 func (s *Store) Outbox(ctx context.Context, target forward.Target, page storage.Page) ([]forward.Entry, string, error) {
 	var after uint64
 	if page.Cursor != "" {
@@ -151,14 +165,45 @@ func (s *Store) Outbox(ctx context.Context, target forward.Target, page storage.
 		}
 		after = binary.BigEndian.Uint64(pos)
 	}
-	if err := s.readable(); err != nil {
+	limit := page.Size()
+	var entries []forward.Entry
+	var next string
+	err := s.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixOutbox}, PrefetchValues: true, PrefetchSize: min(limit, 256)})
+		defer it.Close()
+		examined := 0
+		var last uint64
+		for it.Seek(outboxKey(after + 1)); it.Valid(); it.Next() {
+			if len(entries) == limit || examined == storage.MaxExamined {
+				next = encodeCursor(cursorOutbox, binary.BigEndian.AppendUint64(nil, last))
+				return nil
+			}
+			examined++
+			item := it.Item()
+			last = binary.BigEndian.Uint64(item.Key()[1:])
+			var tg forward.Target
+			err := item.Value(func(b []byte) (err error) {
+				tg, err = entryTarget(b)
+				return err
+			})
+			if err != nil {
+				return unavailable(fmt.Errorf("%q: %w", item.Key(), err))
+			}
+			if target.Source != "" && tg.Source != target.Source || target.Route != "" && tg.Route != target.Route {
+				continue
+			}
+			e, err := decodeItem(item)
+			if err != nil {
+				return err
+			}
+			entries = append(entries, e)
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, "", err
 	}
-	entries, more := s.queue.page(target, after, page.Size())
-	if !more {
-		return entries, "", nil
-	}
-	return entries, encodeCursor(cursorOutbox, binary.BigEndian.AppendUint64(nil, entries[len(entries)-1].Seq)), nil
+	return entries, next, nil
 }
 
 // DeadLetters returns a page of the dead letters of target, without
@@ -217,20 +262,6 @@ func decodeItem(item *badger.Item) (e forward.Entry, err error) {
 	return e, nil
 }
 
-// scanEntries decodes the entries whose keys have prefix, without their bodies.
-func scanEntries(txn *badger.Txn, prefix []byte, out *[]forward.Entry) error {
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
-	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
-		e, err := decodeItem(it.Item())
-		if err != nil {
-			return err
-		}
-		*out = append(*out, e)
-	}
-	return nil
-}
-
 // Settle records what became of the claimed entry (forward.Queue): the
 // entry is removed (delivered, superseded), rescheduled (retrying) or moved
 // to the dead letters with the body the claim carried (dead), and the
@@ -254,7 +285,7 @@ func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) e
 			}
 		case forward.Bury:
 			t.delete(key)
-			if err := t.setEntry(deadKey(c.Target(), c.RequestID), &eff.Entry); err != nil {
+			if err := t.bury(&eff.Entry); err != nil {
 				return err
 			}
 		default:
@@ -267,6 +298,36 @@ func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) e
 		return fmt.Errorf("settle %s/%s: %w", c.Target(), c.RequestID, err)
 	}
 	return nil
+}
+
+// bury stages e as its target's dead letter, with its key in the index
+// by age. A dead letter of the same request ID that it replaces (one
+// that was accepted again after its receipt expired, and died again)
+// takes its index key with it: only this path, which is rare, reads on
+// settling.
+func (t *tx) bury(e *forward.Entry) error {
+	key := deadKey(e.Target(), e.RequestID)
+	old, found, err := t.getEntry(key, false)
+	if err != nil {
+		return err
+	}
+	age := deadAgeKey(e)
+	if found {
+		if oldAge := deadAgeKey(&old); !bytes.Equal(oldAge, age) {
+			t.delete(oldAge)
+		}
+	}
+	if err := t.setEntry(key, e); err != nil {
+		return err
+	}
+	t.setRaw(age, appendKeyTime(nil, *e.DeadAt), 0)
+	return nil
+}
+
+// unbury stages the removal of e, the dead letter at key, and of its index key.
+func (t *tx) unbury(key []byte, e *forward.Entry) {
+	t.delete(key)
+	t.delete(deadAgeKey(e))
 }
 
 func (t *tx) setEntry(key []byte, e *forward.Entry) error {
@@ -343,7 +404,7 @@ func (s *Store) stageRetry(t *tx, target forward.Target, requestID string) error
 	if err := t.canResend(&e); err != nil {
 		return err
 	}
-	t.delete(key)
+	t.unbury(key, &e)
 	return t.requeue(e, []string{e.Route}, s.ReceiptTTL)
 }
 
@@ -366,7 +427,7 @@ func (s *Store) stageDiscard(t *tx, target forward.Target, requestID string) err
 	if !found {
 		return webhookd.Errorf(webhookd.ENOTFOUND, "no dead letter for %s/%s", target, requestID)
 	}
-	t.delete(key)
+	t.unbury(key, &e)
 	held, err := t.receiptOf(target.Source, requestID)
 	if err != nil {
 		return err
@@ -458,14 +519,31 @@ func (s *Store) DeadLetterCounts() (map[forward.Target]int, error) {
 	return counts, err
 }
 
-// loadQueue fills the queue from the outbox keys, at Open.
+// loadQueue fills the queue from the outbox keys, at Open. It reads what
+// the queue keeps of an entry, not the whole entry: a backlog of millions
+// loads without holding them all.
 func (s *Store) loadQueue() error {
-	var entries []forward.Entry
-	if err := s.db.View(func(txn *badger.Txn) error { return scanEntries(txn, []byte{prefixOutbox}, &entries) }); err != nil {
-		return err
-	}
-	for _, e := range entries {
-		s.queue.add(e, nil, 0)
-	}
-	return nil
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixOutbox}, PrefetchValues: true, PrefetchSize: 256})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			e := forward.Entry{Seq: binary.BigEndian.Uint64(item.Key()[1:])}
+			err := item.Value(func(b []byte) error {
+				meta, _, err := splitEntry(b)
+				if err != nil {
+					return err
+				}
+				f := gjson.GetManyBytes(meta, "source", "route", "resource", "next_attempt_at")
+				e.Source, e.Route, e.Resource = f[0].Str, f[1].Str, f[2].Str
+				e.NextAttemptAt, err = time.Parse(time.RFC3339Nano, f[3].Str)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("%q: %w", item.Key(), err)
+			}
+			s.queue.add(e, nil, 0)
+		}
+		return nil
+	})
 }

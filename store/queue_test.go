@@ -6,6 +6,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/forward"
+	"github.com/webhookd/webhookd/storage"
 )
 
 var ledger = forward.Target{Source: "billing", Route: "ledger"}
@@ -61,5 +62,63 @@ func TestEndedLeasesAreReclaimedInTurn(t *testing.T) {
 	}
 	if got, _ := q.claim("c", ledger, 3, time.Second, later); len(got) != 0 {
 		t.Errorf("claimed %d once b held them all", len(got))
+	}
+}
+
+// Entries the queue does not hold whole, as after a restart, are claimed
+// whole from Badger: metadata, body, and what a retry changed.
+func TestUnheldEntriesAreClaimedWhole(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	d := versioned("req-1", "res-1", 1)
+	d.Headers, d.Trace = map[string]string{"X-Tenant": "acme"}, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	mustDecide(t, s, d)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir)
+	c, err := s.Claim(ctx, "w", ledger, 5, time.Minute)
+	if err != nil || len(c) != 1 {
+		t.Fatalf("claimed %+v, %v; want req-1", c, err)
+	}
+	got := c[0]
+	if got.RequestID != "req-1" || got.Resource != "res-1" || got.Version != "1" || got.ContentType != "application/json" ||
+		got.Headers["X-Tenant"] != "acme" || got.Trace != d.Trace || string(got.Body) != string(d.Body) || !got.CreatedAt.Equal(d.ReceivedAt) {
+		t.Fatalf("claimed %+v with body %q; want the decided entry and body %q", got.Entry, got.Body, d.Body)
+	}
+	due := time.Now().Add(-time.Second)
+	if err := s.Settle(ctx, got, forward.Result{State: webhookd.ForwardRetrying, Attempts: 1, Status: 503, NextAttemptAt: due}); err != nil {
+		t.Fatal(err)
+	}
+	c, err = s.Claim(ctx, "w", ledger, 5, time.Minute)
+	if err != nil || len(c) != 1 {
+		t.Fatalf("claimed %+v, %v after the retry; want req-1", c, err)
+	}
+	if c[0].Attempts != 1 || c[0].LastStatus != 503 || string(c[0].Body) != string(d.Body) {
+		t.Errorf("claimed %+v with body %q after the retry; want attempt 1, status 503 and the body", c[0].Entry, c[0].Body)
+	}
+}
+
+// A page of one target among many others' entries reads at most
+// storage.MaxExamined keys: it comes back short, with a cursor that
+// leads to the target's entries.
+func TestOutboxPagesAreBounded(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	fill(t, s, storage.MaxExamined+10) // to billing/ledger
+	d := versioned("other", "res-x", 1)
+	d.Routes = []string{"audit"}
+	mustDecide(t, s, d)
+	audit := forward.Target{Source: "billing", Route: "audit"}
+	items, next, err := s.Outbox(ctx, audit, storage.Page{Limit: 10})
+	if err != nil || len(items) != 0 || next == "" {
+		t.Fatalf("first page %d entries, next %q, %v; want none and a cursor", len(items), next, err)
+	}
+	items, next, err = s.Outbox(ctx, audit, storage.Page{Limit: 10, Cursor: next})
+	if err != nil || len(items) != 1 || items[0].RequestID != "other" || next != "" {
+		t.Fatalf("second page %+v, next %q, %v; want the audit entry and no cursor", items, next, err)
+	}
+	items, next, err = s.Outbox(ctx, ledger, storage.Page{Limit: 10})
+	if err != nil || len(items) != 10 || items[0].RequestID == "" || next == "" {
+		t.Fatalf("ledger's first page %d entries, next %q, %v; want 10 and a cursor", len(items), next, err)
 	}
 }

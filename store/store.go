@@ -70,10 +70,12 @@ type Store struct {
 	closing   chan struct{}
 	wg        sync.WaitGroup
 
-	nextSeq uint64       // next outbox position; owned by the writer goroutine
-	latest  *latestCache // owned by the writer goroutine
-	queue   *queue       // the outbox's lanes and claims
-	control control      // the routes' states
+	nextSeq uint64         // next outbox position; owned by the writer goroutine
+	staged  []badger.Entry // the batch's writes, owned by the writer goroutine (tx.flush)
+	opPool  sync.Pool      // of *op, so that an operation allocates no channel
+	latest  *latestCache   // owned by the writer goroutine
+	queue   *queue         // the outbox's lanes and claims
+	control control        // the routes' states
 	space   space
 
 	memTableSize int64                   // Badger's default when 0; tests shrink it to force batch splits
@@ -109,30 +111,7 @@ func (s *Store) Open() error {
 	if s.ReceiptTTL < time.Second {
 		return errors.New("store: receipt TTL must be at least 1s (Badger expires keys by the second)")
 	}
-	opts := badger.DefaultOptions(s.Path).
-		// A 2xx tells the provider to stop retrying: it may only be sent once the decision is on disk.
-		WithSyncWrites(true).
-		// All writes go through one writer goroutine, so there is nothing to detect.
-		WithDetectConflicts(false).
-		// Compactions share the cores with the request path and the disk
-		// with the commits' syncs: more of them than cores lengthened
-		// commit stalls on the bench without compacting faster. Badger
-		// needs two at least and defaults to four.
-		WithNumCompactors(max(2, min(4, runtime.GOMAXPROCS(0)))).
-		// Value-log GC never rewrites the file being written: smaller files
-		// let large payloads give their space back without 1 GiB of traffic.
-		WithValueLogFileSize(64 << 20).
-		WithLogger(badgerLogger{SugaredLogger: s.Logger.Sugar(), vlogSyncErr: &s.vlogSyncErr})
-	memTable, multiplier := tableSizes(s.MemoryLimit)
-	opts = opts.WithMemTableSize(memTable)
-	opts.TableSizeMultiplier = multiplier // no With method for it
-	if s.memTableSize > 0 {
-		opts = opts.WithMemTableSize(s.memTableSize).WithValueThreshold(s.memTableSize / 16)
-	}
-	if s.MemoryLimit > 0 {
-		s.Logger.Info("badger sized from the soft memory limit", zap.Int64("memory_limit_bytes", s.MemoryLimit),
-			zap.Int64("memtable_bytes", opts.MemTableSize), zap.Int("table_size_multiplier", opts.TableSizeMultiplier))
-	}
+	opts := s.badgerOptions()
 	if err := s.openSpace(opts); err != nil {
 		return err
 	}
@@ -163,6 +142,35 @@ func (s *Store) Open() error {
 	go s.collectGarbage()
 	go s.adviseLogs()
 	return nil
+}
+
+// badgerOptions returns the options the store opens Badger with.
+func (s *Store) badgerOptions() badger.Options {
+	opts := badger.DefaultOptions(s.Path).
+		// A 2xx tells the provider to stop retrying: it may only be sent once the decision is on disk.
+		WithSyncWrites(true).
+		// All writes go through one writer goroutine, so there is nothing to detect.
+		WithDetectConflicts(false).
+		// Compactions share the cores with the request path and the disk
+		// with the commits' syncs: more of them than cores lengthened
+		// commit stalls on the bench without compacting faster. Badger
+		// needs two at least and defaults to four.
+		WithNumCompactors(max(2, min(4, runtime.GOMAXPROCS(0)))).
+		// Value-log GC never rewrites the file being written: smaller files
+		// let large payloads give their space back without 1 GiB of traffic.
+		WithValueLogFileSize(64 << 20).
+		WithLogger(badgerLogger{SugaredLogger: s.Logger.Sugar(), vlogSyncErr: &s.vlogSyncErr})
+	memTable, multiplier := tableSizes(s.MemoryLimit)
+	opts = opts.WithMemTableSize(memTable)
+	opts.TableSizeMultiplier = multiplier // no With method for it
+	if s.memTableSize > 0 {
+		opts = opts.WithMemTableSize(s.memTableSize).WithValueThreshold(s.memTableSize / 16)
+	}
+	if s.MemoryLimit > 0 {
+		s.Logger.Info("badger sized from the soft memory limit", zap.Int64("memory_limit_bytes", s.MemoryLimit),
+			zap.Int64("memtable_bytes", opts.MemTableSize), zap.Int("table_size_multiplier", opts.TableSizeMultiplier))
+	}
+	return opts
 }
 
 // Close stops taking operations, applies those already submitted, stops the
@@ -232,7 +240,11 @@ type op struct {
 // update runs stage in the writer's next batch and waits until that batch is
 // synced to disk.
 func (s *Store) update(stage func(t *tx) error) error {
-	o := &op{stage: stage, done: make(chan error, 1)}
+	o, _ := s.opPool.Get().(*op)
+	if o == nil {
+		o = &op{done: make(chan error, 1)}
+	}
+	o.stage = stage
 	s.mu.RLock()
 	if s.closed || s.db == nil {
 		s.mu.RUnlock()
@@ -244,7 +256,11 @@ func (s *Store) update(stage func(t *tx) error) error {
 	}
 	s.ops <- o
 	s.mu.RUnlock()
-	return <-o.done
+	err := <-o.done
+	// The writer answers an op once, and is done with it by then.
+	o.stage = nil
+	s.opPool.Put(o)
+	return err
 }
 
 // view runs fn in a read-only transaction.
@@ -316,9 +332,13 @@ func (s *Store) commit(ops []*op) int {
 	s.latest.discard() // what a split batch staged before it was split
 	errs := make([]error, len(ops))
 	var changes []change // to the queue
-	now := s.Now()
+	// Nothing holds the last batch's writes now: its transaction is
+	// discarded.
+	clear(s.staged)
+	s.staged = s.staged[:0]
+	t := &tx{txn: txn, now: s.Now(), seq: &s.nextSeq, latest: s.latest, staged: &s.staged}
 	for i, o := range ops {
-		t := &tx{txn: txn, now: now, seq: &s.nextSeq, latest: s.latest}
+		t.reset()
 		if errs[i] = o.stage(t); errs[i] != nil {
 			continue
 		}
@@ -430,7 +450,8 @@ type tx struct {
 	now          time.Time    // the store's clock when the transaction began
 	seq          *uint64      // the writer's; nil in read-only transactions
 	latest       *latestCache // the writer's; nil in read-only transactions
-	writes       []*badger.Entry
+	writes       []badger.Entry
+	staged       *[]badger.Entry // the batch's, which flush adds writes to
 	dels         [][]byte
 	changes      []change // to the queue, once the batch has committed
 	latestWrites []latestWrite
@@ -499,9 +520,17 @@ func (t *tx) set(key []byte, v any, expiresAt uint64) error {
 }
 
 func (t *tx) setRaw(key, value []byte, expiresAt uint64) {
-	e := badger.NewEntry(key, value)
-	e.ExpiresAt = expiresAt
-	t.writes = append(t.writes, e)
+	t.writes = append(t.writes, badger.Entry{Key: key, Value: value, ExpiresAt: expiresAt})
+}
+
+// reset empties what t stages, for the batch's next operation: one tx and
+// its slices serve every operation of a batch.
+func (t *tx) reset() {
+	clear(t.writes)
+	clear(t.dels)
+	clear(t.changes)
+	clear(t.latestWrites)
+	t.writes, t.dels, t.changes, t.latestWrites = t.writes[:0], t.dels[:0], t.changes[:0], t.latestWrites[:0]
 }
 
 func (t *tx) delete(key []byte) { t.dels = append(t.dels, key) }
@@ -515,8 +544,12 @@ func (t *tx) nextSeq() uint64 {
 }
 
 func (t *tx) flush() error {
+	// Badger keeps a pointer to each entry until the transaction ends,
+	// and changes it: each gets its own place in the batch's slice, whose
+	// earlier arrays, when it grows, nothing writes again.
 	for _, e := range t.writes {
-		if err := t.txn.SetEntry(e); err != nil {
+		*t.staged = append(*t.staged, e)
+		if err := t.txn.SetEntry(&(*t.staged)[len(*t.staged)-1]); err != nil {
 			return err
 		}
 	}
