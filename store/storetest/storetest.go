@@ -189,8 +189,10 @@ func listAll(list pagedList, tg forward.Target, limit int) ([]forward.Entry, err
 		if next == "" {
 			return all, nil
 		}
-		if len(items) == 0 {
-			return all, errors.New("an empty page with a next cursor")
+		// A page may come back short, or empty, when its backend bounds
+		// what one page examines; its cursor must still move on.
+		if next == cursor {
+			return all, errors.New("a next cursor that does not move on")
 		}
 		cursor = next
 	}
