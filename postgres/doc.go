@@ -99,9 +99,18 @@
 // so that it walks its index from the cursor and stops at its limit,
 // where the planner, guessing few rows after the cursor on tables never
 // analyzed, would fetch all of them and sort. webhookd's cost does not
-// depend on
-// whether or when its tables were analyzed, and it runs no ANALYZE or
-// VACUUM of its own; with autovacuum off, Open warns once.
+// depend on whether or when its tables were analyzed, and it runs no
+// ANALYZE. It vacuums the two tables whose speed depends on a VACUUM
+// when autovacuum leaves them alone (vacuum.go): the outbox, which a
+// claim walks past the index entries of rows deleted since its last
+// VACUUM, and the count rows; Open warns once of the other tables
+// autovacuum leaves alone.
+//
+// Pending and DeadLetterCounts add up webhookd_counts, rows that
+// statement triggers on the outbox and the dead letters insert for each
+// target a statement changes, and that every replica folds into one a
+// target every FoldInterval (foldCounts), so a count costs the same
+// whatever the number of entries it counts.
 //
 // Ready follows the database (a ping every HealthInterval) and the
 // decisions: after three batches in a row time out (a lock held on a

@@ -130,9 +130,6 @@ const (
 	// bulkPlans: see bulkPlanning.
 	bulkPlans = `SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true)`
 
-	// pending counts the outbox by target.
-	pending = `SELECT source, route, count(*) FROM webhookd_outbox GROUP BY source, route`
-
 	// settleRemove deletes a delivered or superseded entry if the claim
 	// ($2 token) still holds it, and then records the forward status of
 	// its route on its receipt. $1 seq, $3 source, $4 request ID, $5
@@ -212,8 +209,6 @@ const (
 	// lockReceipt is readReceipt holding the row until commit.
 	lockReceipt = readReceipt + ` FOR UPDATE`
 
-	countDeadLetters = `SELECT source, route, count(*) FROM webhookd_dead_letters GROUP BY source, route`
-
 	// lockDeadLetter reads a dead letter with its body, holding the row.
 	// $1 source, $2 route, $3 request ID.
 	lockDeadLetter = `SELECT 0, ` + entryColumns + `, dead_at, body FROM webhookd_dead_letters
@@ -245,4 +240,64 @@ const (
 	expirePayloads = `DELETE FROM webhookd_payloads WHERE (source, request_id) IN (
 		SELECT source, request_id FROM webhookd_payloads WHERE expires_at <= $1
 		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+)
+
+// Counts: the rows of webhookd_counts add up to how many outbox entries
+// ('outbox') and dead letters ('dead') each target has.
+const (
+	// sumCounts adds up the rows of kind $1 by target; a target with none
+	// left is absent. The table holds a row for each target and kind, and
+	// one for each statement that changed its count since the last fold:
+	// the sum costs the same whatever the number of entries it counts.
+	sumCounts = `SELECT source, route, sum(n)::bigint FROM webhookd_counts WHERE kind = $1
+	GROUP BY source, route HAVING sum(n) <> 0`
+
+	// foldCounts replaces the rows with their sums, one row a target and
+	// kind, in one statement, so that a reader sees the rows before or
+	// after it, never between. Every replica folds, and two folds at once
+	// stay exact: each deletes the rows its snapshot sees, and one that
+	// waits for a row the other deleted skips it once the other commits
+	// (under READ COMMITTED a DELETE re-checks a row it waited for), so
+	// every row is summed by exactly one fold; the row a fold inserts is
+	// not in the other's snapshot, so it is not deleted again; and rows
+	// committed after the statement began are left for the next fold.
+	foldCounts = `WITH folded AS (DELETE FROM webhookd_counts RETURNING kind, source, route, n)
+	INSERT INTO webhookd_counts (kind, source, route, n)
+	SELECT kind, source, route, sum(n) FROM folded GROUP BY kind, source, route HAVING sum(n) <> 0`
+)
+
+// Vacuums webhookd runs itself, of the tables autovacuum leaves alone
+// that it rewrites all the time (vacuum.go). VACUUM takes no parameters
+// and runs outside a transaction.
+const (
+	// vacuumCounts: SKIP_LOCKED leaves the table to a VACUUM another
+	// replica runs right now.
+	vacuumCounts = `VACUUM (SKIP_LOCKED) webhookd_counts`
+	vacuumOutbox = `VACUUM (SKIP_LOCKED) webhookd_outbox`
+
+	// mayVacuum names those of the tables ($1) this user may vacuum: as
+	// their owner (or a role with its privileges, a superuser) or as the
+	// database's owner. Anyone else's VACUUM skips the table with a
+	// warning and succeeds.
+	mayVacuum = `SELECT c.relname FROM unnest($1::text[]) AS t(name)
+	JOIN pg_class c ON c.oid = to_regclass(t.name)
+	WHERE pg_has_role(c.relowner, 'USAGE')
+		OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()), 'USAGE')`
+
+	// outboxDead says whether the outbox has at least $1 dead rows and $2
+	// of its live ones, by the statistics system's counts, which it keeps
+	// with autovacuum off.
+	outboxDead = `SELECT n_dead_tup >= $1 + $2 * n_live_tup FROM pg_stat_user_tables
+	WHERE relid = to_regclass('webhookd_outbox')`
+
+	// lockOutboxVacuum and unlockOutboxVacuum take and give back the
+	// session lock that lets one replica at a time vacuum the outbox of
+	// this schema.
+	// noStatementTimeout and resetStatementTimeout lift the connection's
+	// statement timeout for the outbox's VACUUM, and restore it.
+	noStatementTimeout    = `SET statement_timeout = 0`
+	resetStatementTimeout = `RESET statement_timeout`
+
+	lockOutboxVacuum   = `SELECT pg_try_advisory_lock(hashtextextended('webhookd vacuum ' || to_regclass('webhookd_outbox')::oid, 0))`
+	unlockOutboxVacuum = `SELECT pg_advisory_unlock(hashtextextended('webhookd vacuum ' || to_regclass('webhookd_outbox')::oid, 0))`
 )

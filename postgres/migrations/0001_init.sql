@@ -143,3 +143,54 @@ CREATE TABLE webhookd_routes (
     tokens_at   timestamptz,
     PRIMARY KEY (source, route)
 );
+
+-- How many outbox entries ('outbox') and dead letters ('dead') each target
+-- has, as rows of changes that add up to the counts. Triggers on the two
+-- tables insert a row for each target a statement changed, so that every
+-- write path counts and concurrent writers never contend on one row; the
+-- store folds the rows into one a target now and then (foldCounts).
+CREATE TABLE webhookd_counts (
+    kind   text   NOT NULL,
+    source text   NOT NULL,
+    route  text   NOT NULL,
+    n      bigint NOT NULL
+);
+
+-- TG_ARGV[0] is the kind; the transition table is the rows a statement
+-- inserted (added) or deleted (removed); a TRUNCATE empties the kind.
+-- search_path is the migration's, so that a statement run with another
+-- one (an operator's) finds the table too.
+CREATE FUNCTION webhookd_count_added() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO webhookd_counts (kind, source, route, n)
+    SELECT TG_ARGV[0], source, route, count(*) FROM added GROUP BY source, route;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION webhookd_count_removed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO webhookd_counts (kind, source, route, n)
+    SELECT TG_ARGV[0], source, route, -count(*) FROM removed GROUP BY source, route;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION webhookd_count_truncated() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM webhookd_counts WHERE kind = TG_ARGV[0];
+    RETURN NULL;
+END $$;
+
+-- Entries and dead letters never change target: an UPDATE leaves the
+-- counts as they are.
+CREATE TRIGGER webhookd_outbox_added AFTER INSERT ON webhookd_outbox
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_added('outbox');
+CREATE TRIGGER webhookd_outbox_removed AFTER DELETE ON webhookd_outbox
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_removed('outbox');
+CREATE TRIGGER webhookd_dead_letters_added AFTER INSERT ON webhookd_dead_letters
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_added('dead');
+CREATE TRIGGER webhookd_dead_letters_removed AFTER DELETE ON webhookd_dead_letters
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_removed('dead');
+CREATE TRIGGER webhookd_outbox_truncated AFTER TRUNCATE ON webhookd_outbox
+    FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_truncated('outbox');
+CREATE TRIGGER webhookd_dead_letters_truncated AFTER TRUNCATE ON webhookd_dead_letters
+    FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_truncated('dead');
