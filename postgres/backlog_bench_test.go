@@ -14,9 +14,10 @@ import (
 // behind a downstream that fails some resources: the first half in ten deep
 // lanes whose heads are retrying an hour from now (five) or in flight
 // (five) while the versions behind them are due, then the second half in
-// lanes of four, due after them.
+// lanes of four, due after them; the first entry of each lane is its
+// head, as insertOutbox marks it.
 const backlog = `INSERT INTO webhookd_outbox (source, route, request_id, resource, version, content_type, headers,
-		created_at, attempts, next_attempt_at, lease_owner, lease_token, lease_until)
+		created_at, attempts, next_attempt_at, lease_owner, lease_token, lease_until, head)
 	SELECT 'billing', 'default', 'req-' || i,
 		CASE WHEN i <= $1::integer / 2 THEN 'deep-' || (i % 10) ELSE 'res-' || (i / 4) END,
 		i::text, 'application/json', '{}', now() - interval '1 hour' + i * interval '1 microsecond',
@@ -24,7 +25,8 @@ const backlog = `INSERT INTO webhookd_outbox (source, route, request_id, resourc
 		CASE WHEN i <= 5 THEN now() + interval '1 hour' ELSE now() - interval '1 hour' + i * interval '1 microsecond' END,
 		CASE WHEN i BETWEEN 6 AND 10 THEN 'other' END,
 		CASE WHEN i BETWEEN 6 AND 10 THEN 1 END,
-		CASE WHEN i BETWEEN 6 AND 10 THEN now() + interval '1 hour' END
+		CASE WHEN i BETWEEN 6 AND 10 THEN now() + interval '1 hour' END,
+		CASE WHEN i <= $1::integer / 2 THEN i <= 10 ELSE i = $1::integer / 2 + 1 OR i % 4 = 0 END
 	FROM generate_series(1, $1::integer) AS i ORDER BY i`
 
 // backlogs are the outbox depths the backlog benchmarks compare: a claim

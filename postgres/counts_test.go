@@ -3,7 +3,10 @@ package postgres
 import (
 	"fmt"
 	"maps"
+	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,5 +231,78 @@ func TestVacuumsWhereAutovacuumDoesNot(t *testing.T) {
 	var timeout string
 	if err := s.pool.QueryRow(ctx, `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout == "0" {
 		t.Errorf("statement_timeout %q after the outbox's vacuum, %v: the pool's connections keep theirs", timeout, err)
+	}
+}
+
+// TestLanesKeepTheirHeadsAcrossReplicas has three replicas accepting new
+// versions of a few resources while they claim and settle them: every
+// lane always has its first entry marked head (the due index holds heads
+// only, so a lane without one would never be claimed), each resource's
+// versions are claimed in order, and the outbox drains to empty.
+func TestLanesKeepTheirHeadsAcrossReplicas(t *testing.T) {
+	stores := replicas(t, 3)
+	var version atomic.Uint64
+	var mu sync.Mutex
+	claimed := map[string][]uint64{}
+	forwardSome := func(s *Store, owner string) int {
+		claims, err := s.Claim(ctx, owner, target, 4, time.Minute)
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		for k, c := range claims {
+			v, _ := strconv.ParseUint(c.Version, 10, 64)
+			mu.Lock()
+			claimed[c.Resource] = append(claimed[c.Resource], v)
+			mu.Unlock()
+			state := webhookd.ForwardDelivered
+			if k%3 == 2 {
+				state = webhookd.ForwardDead
+			}
+			if err := s.Settle(ctx, c, forward.Result{State: state, Attempts: 1, Status: 200, At: time.Now()}); err != nil {
+				t.Error(err)
+			}
+		}
+		return len(claims)
+	}
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		wg.Go(func() {
+			for j := range 80 {
+				v := version.Add(1)
+				if _, err := s.Decide(ctx, delivery(fmt.Sprintf("r%d-%d", i, j), fmt.Sprint("res", j%5), v, "x")); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+		wg.Go(func() {
+			for range 60 {
+				forwardSome(s, fmt.Sprint("w", i))
+			}
+		})
+	}
+	wg.Wait()
+	var headless int
+	if err := stores[0].pool.QueryRow(ctx, `SELECT count(*) FROM (
+		SELECT DISTINCT ON (source, route, resource) head FROM webhookd_outbox WHERE resource <> ''
+		ORDER BY source, route, resource, seq) f WHERE NOT head`).Scan(&headless); err != nil {
+		t.Fatal(err)
+	}
+	if headless != 0 {
+		t.Errorf("%d lanes whose first entry is not marked head", headless)
+	}
+	for forwardSome(stores[0], "drain") > 0 {
+	}
+	var left int
+	if err := stores[0].pool.QueryRow(ctx, `SELECT count(*) FROM webhookd_outbox`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d entries left that no claim hands out", left)
+	}
+	for res, vs := range claimed {
+		if !slices.IsSorted(vs) {
+			t.Errorf("%s claimed out of order: %v", res, vs)
+		}
 	}
 }

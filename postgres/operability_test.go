@@ -270,6 +270,8 @@ func TestPlansWithoutStatistics(t *testing.T) {
 		sources[i], ids[i], resources[i], routes[i] = "billing", fmt.Sprint("req-", i*300), fmt.Sprint("sub-", i*300), fmt.Sprint("r", i*300%3)
 	}
 	now := time.Now()
+	texts := func(v string) []string { return slices.Repeat([]string{v}, len(sources)) }
+	times := slices.Repeat([]time.Time{now}, len(sources))
 	for _, tt := range []struct {
 		name, sql string
 		args      []any
@@ -285,6 +287,9 @@ func TestPlansWithoutStatistics(t *testing.T) {
 		{"lockReceipts", lockReceipts, []any{sources, ids, now}, "Seq Scan on webhookd_receipts", "webhookd_receipts_pkey"},
 		{"lockDeadLetters", lockDeadLetters, []any{sources, routes, ids, true}, "Seq Scan on webhookd_dead_letters", "webhookd_dead_letters_pkey"},
 		{"lockLatests", lockLatests, []any{sources, resources}, "Seq Scan on webhookd_latest", "webhookd_latest_pkey"},
+		// Whether an entry is its lane's head is one probe of the lane.
+		{"insertOutbox", insertOutbox, []any{sources, routes, ids, resources, texts("2"), texts(""), texts("{}"), texts(""), times, times},
+			"Seq Scan on webhookd_outbox", "webhookd_outbox_lane"},
 	} {
 		rows, err := s.pool.Query(ctx, "EXPLAIN "+tt.sql, tt.args...)
 		if err != nil {
@@ -336,7 +341,6 @@ func TestPlansWithoutStatistics(t *testing.T) {
 
 	// A bulk page's writes over its key arrays, planned as bulkPlanning
 	// plans them, look each key up by the primary key.
-	times := slices.Repeat([]time.Time{now}, len(ids))
 	for _, tt := range []struct {
 		name, sql string
 		args      []any

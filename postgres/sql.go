@@ -69,10 +69,19 @@ const (
 		AND webhookd_latest.ord = (SELECT was FROM x WHERE x.s = excluded.source AND x.res = excluded.resource)`
 
 	// insertOutbox appends entries in the order given, which is each
-	// lane's version order: seq follows ORDER BY.
+	// lane's version order: seq follows ORDER BY. An entry is its lane's
+	// head unless an earlier one of the batch or a row of the lane is
+	// there; the lock on that row keeps it until this commits, so the
+	// trigger that promotes the next entry when it goes sees this one
+	// (webhookd_outbox_promote). SKIP LOCKED keeps decisions from waiting
+	// for a claim or settle: a lane whose rows are all locked takes the
+	// entry as a head, which the claim's own check of the lane corrects.
 	insertOutbox = `INSERT INTO webhookd_outbox (source, route, request_id, resource, version, content_type, headers,
-		trace, created_at, next_attempt_at)
-	SELECT s, rt, id, res, v, ct, h::jsonb, tr, c, n
+		trace, created_at, next_attempt_at, head)
+	SELECT s, rt, id, res, v, ct, h::jsonb, tr, c, n,
+		res = '' OR (i = min(i) OVER (PARTITION BY s, rt, res) AND NOT EXISTS (
+			SELECT 1 FROM webhookd_outbox p WHERE p.source = s AND p.route = rt AND p.resource = res
+			FOR KEY SHARE SKIP LOCKED))
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 		$9::timestamptz[], $10::timestamptz[]) WITH ORDINALITY AS x(s, rt, id, res, v, ct, h, tr, c, n, i)
 	ORDER BY i`
@@ -98,13 +107,17 @@ const entryColumns = `source, route, request_id, resource, version, content_type
 const (
 	// claim leases the due lane heads of one target, a source's route:
 	// entries with no entry before them in their lane (an entry without a
-	// resource is alone in its own), not leased or whose lease ended. SKIP
+	// resource is alone in its own), not leased or whose lease ended. It
+	// walks the due index, which holds the entries marked head, and checks
+	// the lane of each, as a mark may be set on an entry behind another
+	// (insertOutbox). SKIP
 	// LOCKED passes over rows another claim or settle holds right now. $1
 	// source, $2 now, $3 n, $4 owner, $5 lease end, $6 route. Lanes are
 	// per route, so a route's heads wait for nothing of another route's.
 	claim = `WITH heads AS (
 		SELECT o.seq FROM webhookd_outbox o
-		WHERE o.source = $1 AND o.route = $6 AND o.next_attempt_at <= $2 AND (o.lease_until IS NULL OR o.lease_until <= $2)
+		WHERE o.source = $1 AND o.route = $6 AND o.head AND o.next_attempt_at <= $2
+		AND (o.lease_until IS NULL OR o.lease_until <= $2)
 		AND (o.resource = '' OR NOT EXISTS (
 			SELECT 1 FROM webhookd_outbox p
 			WHERE p.source = o.source AND p.route = o.route AND p.resource = o.resource AND p.seq < o.seq))

@@ -93,9 +93,15 @@ CREATE TABLE webhookd_outbox (
     last_error      text        NOT NULL DEFAULT '',
     lease_owner     text,
     lease_token     bigint,
-    lease_until     timestamptz
+    lease_until     timestamptz,
+    -- False while the entry has an earlier entry in its lane, which
+    -- insertOutbox sees and webhookd_outbox_promote turns true once the
+    -- earlier entries went; true may also mean "maybe", which the claim
+    -- checks. The due index holds heads only, so that a claim walks no
+    -- entry waiting behind one, however many wait.
+    head            boolean     NOT NULL DEFAULT true
 );
-CREATE INDEX webhookd_outbox_due ON webhookd_outbox (source, route, next_attempt_at, seq);
+CREATE INDEX webhookd_outbox_due ON webhookd_outbox (source, route, next_attempt_at, seq) WHERE head;
 CREATE INDEX webhookd_outbox_lane ON webhookd_outbox (source, route, resource, seq);
 
 CREATE SEQUENCE webhookd_lease_tokens;
@@ -194,3 +200,22 @@ CREATE TRIGGER webhookd_outbox_truncated AFTER TRUNCATE ON webhookd_outbox
     FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_truncated('outbox');
 CREATE TRIGGER webhookd_dead_letters_truncated AFTER TRUNCATE ON webhookd_dead_letters
     FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_truncated('dead');
+
+-- A lane's first entry becomes its head when the entries before it are
+-- deleted (delivered, superseded, buried, discarded). An entry inserted
+-- behind one holds a FOR KEY SHARE lock on it until its insert commits,
+-- so a DELETE of that entry waits, and this statement, planned after it,
+-- sees the new one: no lane is left without a head. One probe of the lane
+-- index a lane the statement touched.
+CREATE FUNCTION webhookd_outbox_promote() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    UPDATE webhookd_outbox o SET head = true
+    FROM (SELECT DISTINCT source, route, resource FROM removed WHERE resource <> '') l,
+        LATERAL (SELECT p.seq FROM webhookd_outbox p
+            WHERE p.source = l.source AND p.route = l.route AND p.resource = l.resource
+            ORDER BY p.seq LIMIT 1) first
+    WHERE o.seq = first.seq AND NOT o.head;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER webhookd_outbox_promote AFTER DELETE ON webhookd_outbox
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION webhookd_outbox_promote();
