@@ -29,12 +29,17 @@
 // one request share its one payload row. A lane is the entries of one
 // (source, route, resource) in seq order, and a claim takes the due lane
 // heads of one target (source, route), so a route's backlog or dead
-// letters hold up nothing of another's. A claim leases heads with FOR
-// UPDATE SKIP LOCKED and a lease token from a sequence; a settle applies
-// only while the entry carries its token, and a repeat is known by the
-// token the settle left on the entry, its route's status on the receipt,
-// or the dead letter. Settles group-commit as decisions do. Notify fires
-// after local commits and every PollInterval, for what other replicas did.
+// letters hold up nothing of another's. The due index holds only the
+// entries marked head (a lane's first, marked when it is inserted into
+// an empty lane or when the entries before it are deleted), so a claim
+// walks no entry waiting behind a head, however many wait; it still
+// checks each lane, as a mark may be set in doubt. A claim leases heads
+// with FOR UPDATE SKIP LOCKED and a lease token from a sequence; a settle
+// applies only while the entry carries its token, and a repeat is known
+// by the token the settle left on the entry, its route's status on the
+// receipt, or the dead letter. Settles group-commit as decisions do.
+// Notify fires after local commits and every PollInterval, for what
+// other replicas did.
 //
 // A receipt's forward status per route is a jsonb object in the
 // receipt's own row (routes), keyed by route name with the route's
