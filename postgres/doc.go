@@ -34,10 +34,10 @@
 // an empty lane or when the entries before it are deleted), so a claim
 // walks no entry waiting behind a head, however many wait; it still
 // checks each lane, as a mark may be set in doubt. A claim leases heads
-// with FOR UPDATE SKIP LOCKED and a lease token from a sequence; a settle
-// applies only while the entry carries its token, and a repeat is known
-// by the token the settle left on the entry, its route's status on the
-// receipt, or the dead letter. Settles group-commit as decisions do.
+// with FOR NO KEY UPDATE SKIP LOCKED and a lease token from a sequence;
+// a settle applies only while the entry carries its token, and a repeat
+// is known by the token the settle left on the entry, its route's status
+// on the receipt, or the dead letter. Settles group-commit as decisions do.
 // Notify fires after local commits and every PollInterval, for what
 // other replicas did.
 //

@@ -73,15 +73,17 @@ const (
 	// head unless an earlier one of the batch or a row of the lane is
 	// there; the lock on that row keeps it until this commits, so the
 	// trigger that promotes the next entry when it goes sees this one
-	// (webhookd_outbox_promote). SKIP LOCKED keeps decisions from waiting
-	// for a claim or settle: a lane whose rows are all locked takes the
-	// entry as a head, which the claim's own check of the lane corrects.
+	// (webhookd_outbox_promote). The row is the lane's last, which no
+	// settle is deleting while the lane has a head before it. SKIP LOCKED
+	// keeps decisions from waiting for a settle: a lane whose last row is
+	// locked takes the entry as a head, which the claim's own check of
+	// the lane corrects.
 	insertOutbox = `INSERT INTO webhookd_outbox (source, route, request_id, resource, version, content_type, headers,
 		trace, created_at, next_attempt_at, head)
 	SELECT s, rt, id, res, v, ct, h::jsonb, tr, c, n,
 		res = '' OR (i = min(i) OVER (PARTITION BY s, rt, res) AND NOT EXISTS (
 			SELECT 1 FROM webhookd_outbox p WHERE p.source = s AND p.route = rt AND p.resource = res
-			FOR KEY SHARE SKIP LOCKED))
+			ORDER BY p.seq DESC LIMIT 1 FOR KEY SHARE SKIP LOCKED))
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 		$9::timestamptz[], $10::timestamptz[]) WITH ORDINALITY AS x(s, rt, id, res, v, ct, h, tr, c, n, i)
 	ORDER BY i`
@@ -110,7 +112,8 @@ const (
 	// resource is alone in its own), not leased or whose lease ended. It
 	// walks the due index, which holds the entries marked head, and checks
 	// the lane of each, as a mark may be set on an entry behind another
-	// (insertOutbox). SKIP
+	// (insertOutbox). FOR NO KEY UPDATE, the lock its UPDATE takes, lets
+	// a decision's FOR KEY SHARE on a lane's row stand beside it. SKIP
 	// LOCKED passes over rows another claim or settle holds right now. $1
 	// source, $2 now, $3 n, $4 owner, $5 lease end, $6 route. Lanes are
 	// per route, so a route's heads wait for nothing of another route's.
@@ -123,7 +126,7 @@ const (
 			WHERE p.source = o.source AND p.route = o.route AND p.resource = o.resource AND p.seq < o.seq))
 		ORDER BY o.next_attempt_at, o.seq
 		LIMIT $3
-		FOR UPDATE OF o SKIP LOCKED
+		FOR NO KEY UPDATE OF o SKIP LOCKED
 	)
 	UPDATE webhookd_outbox o SET lease_owner = $4, lease_token = nextval('webhookd_lease_tokens'), lease_until = $5
 	FROM heads WHERE o.seq = heads.seq
