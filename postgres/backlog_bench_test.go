@@ -15,7 +15,8 @@ import (
 // lanes whose heads are retrying an hour from now (five) or in flight
 // (five) while the versions behind them are due, then the second half in
 // lanes of four, due after them; the first entry of each lane is its
-// head, as insertOutbox marks it.
+// head, as insertOutbox marks it. ORDER BY names g.i, as i alone is the
+// output column i::text.
 const backlog = `INSERT INTO webhookd_outbox (source, route, request_id, resource, version, content_type, headers,
 		created_at, attempts, next_attempt_at, lease_owner, lease_token, lease_until, head)
 	SELECT 'billing', 'default', 'req-' || i,
@@ -27,7 +28,7 @@ const backlog = `INSERT INTO webhookd_outbox (source, route, request_id, resourc
 		CASE WHEN i BETWEEN 6 AND 10 THEN 1 END,
 		CASE WHEN i BETWEEN 6 AND 10 THEN now() + interval '1 hour' END,
 		CASE WHEN i <= $1::integer / 2 THEN i <= 10 ELSE i = $1::integer / 2 + 1 OR i % 4 = 0 END
-	FROM generate_series(1, $1::integer) AS i ORDER BY i`
+	FROM generate_series(1, $1::integer) AS g(i) ORDER BY g.i`
 
 // backlogs are the outbox depths the backlog benchmarks compare: a claim
 // and a count are to cost the same at both.
