@@ -29,15 +29,19 @@
 // one request share its one payload row. A lane is the entries of one
 // (source, route, resource) in seq order, and a claim takes the due lane
 // heads of one target (source, route), so a route's backlog or dead
-// letters hold up nothing of another's. A claim leases heads with FOR
-// UPDATE SKIP LOCKED and a lease token from a sequence; a settle applies
-// only while the entry carries its token, and a repeat is known by the
-// token the settle left on the entry, its route's status on the receipt,
-// or the dead letter. Settles group-commit as decisions do: a batch locks
-// its receipts in key order, then settles each move's claims (remove,
-// reschedule, bury) in one statement over arrays, which reports the
-// entries whose claims still held them. Notify fires
-// after local commits and every PollInterval, for what other replicas did.
+// letters hold up nothing of another's. The due index holds only the
+// entries marked head (a lane's first, marked when it is inserted into
+// an empty lane or when the entries before it are deleted), so a claim
+// walks no entry waiting behind a head, however many wait; it still
+// checks each lane, as a mark may be set in doubt. A claim leases heads
+// with FOR NO KEY UPDATE SKIP LOCKED and a lease token from a sequence;
+// a settle applies only while the entry carries its token, and a repeat
+// is known by the token the settle left on the entry, its route's status
+// on the receipt, or the dead letter. Settles group-commit as decisions
+// do: a batch locks its receipts in key order, then settles each move's
+// claims (remove, reschedule, bury) in one statement over arrays, which
+// reports the entries whose claims still held them. Notify fires after
+// local commits and every PollInterval, for what other replicas did.
 //
 // A receipt's forward status per route is a jsonb object in the
 // receipt's own row (routes), keyed by route name with the route's
@@ -103,9 +107,18 @@
 // so that it walks its index from the cursor and stops at its limit,
 // where the planner, guessing few rows after the cursor on tables never
 // analyzed, would fetch all of them and sort. webhookd's cost does not
-// depend on
-// whether or when its tables were analyzed, and it runs no ANALYZE or
-// VACUUM of its own; with autovacuum off, Open warns once.
+// depend on whether or when its tables were analyzed, and it runs no
+// ANALYZE. It vacuums the two tables whose speed depends on a VACUUM
+// when autovacuum leaves them alone (vacuum.go): the outbox, which a
+// claim walks past the index entries of rows deleted since its last
+// VACUUM, and the count rows; Open warns once of the other tables
+// autovacuum leaves alone.
+//
+// Pending and DeadLetterCounts add up webhookd_counts, rows that
+// statement triggers on the outbox and the dead letters insert for each
+// target a statement changes, and that every replica folds into one a
+// target every FoldInterval (foldCounts), so a count costs the same
+// whatever the number of entries it counts.
 //
 // Ready follows the database (a ping every HealthInterval) and the
 // decisions: after three batches in a row time out (a lock held on a

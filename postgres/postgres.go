@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,8 @@ const (
 	DefaultExpiryInterval   = time.Minute
 	DefaultExpiryBatch      = 1000
 	DefaultHealthInterval   = time.Second
+	DefaultFoldInterval     = time.Second
+	DefaultVacuumInterval   = 10 * time.Second
 )
 
 // maxDecisionTimeouts is how many decision batches in a row may time out
@@ -67,6 +70,10 @@ type Store struct {
 	ExpiryInterval time.Duration // how often expired receipts and payloads are deleted
 	ExpiryBatch    int           // rows deleted per statement
 	HealthInterval time.Duration // how often an idle store checks the database answers
+	FoldInterval   time.Duration // how often the count rows are folded (Fold)
+	// VacuumInterval is how often the store looks whether the outbox
+	// needs the VACUUM it runs itself when autovacuum leaves it alone.
+	VacuumInterval time.Duration
 	Logger         *zap.Logger
 	// Now is the store's clock: what has expired, what is due, when a lease
 	// ends. Replicas compare leases by their own clocks, which must agree
@@ -81,6 +88,9 @@ type Store struct {
 	timeouts  atomic.Int32                   // decision batches in a row that timed out
 	decideLog *ratelog.Failures              // failed decision batches
 	settleLog *ratelog.Failures              // failed settle batches
+	foldLog   *ratelog.Failures              // failed folds
+	vacuumLog *ratelog.Failures              // failed vacuums of the outbox
+	afterFold func(context.Context) error    // vacuumCountsAfterFold or noVacuum
 	mu        sync.RWMutex                   // guards closed against submitters racing Close
 	closed    bool
 	closing   chan struct{}
@@ -104,8 +114,11 @@ func New(dsn string) *Store {
 		ExpiryInterval:   DefaultExpiryInterval,
 		ExpiryBatch:      DefaultExpiryBatch,
 		HealthInterval:   DefaultHealthInterval,
+		FoldInterval:     DefaultFoldInterval,
+		VacuumInterval:   DefaultVacuumInterval,
 		Logger:           zap.NewNop(),
 		Now:              time.Now,
+		afterFold:        noVacuum,
 		notify:           make(chan struct{}, 1),
 		closing:          make(chan struct{}),
 		never:            make(chan struct{}),
@@ -184,12 +197,22 @@ func (s *Store) Open(ctx context.Context) error {
 		return &webhookd.Error{Code: webhookd.EUNAVAILABLE, Field: "storage.dsn", Message: "migrate the schema of " + target, Err: err}
 	}
 	s.pool = pool
-	s.warnAutovacuum(ctx)
+	vacuums := s.vacuums(ctx)
+	if slices.Contains(vacuums, "webhookd_counts") {
+		s.afterFold = s.vacuumCountsAfterFold
+	}
 	s.decideLog = ratelog.New(s.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
 	s.settleLog = ratelog.New(s.Logger, zapcore.ErrorLevel, ratelog.DefaultEvery)
+	s.foldLog = ratelog.New(s.Logger, zapcore.WarnLevel, ratelog.DefaultEvery)
+	s.vacuumLog = ratelog.New(s.Logger, zapcore.WarnLevel, ratelog.DefaultEvery)
 	s.decisions = make(chan *decideOp, s.MaxBatch)
 	s.settles = make(chan *settleOp, s.MaxBatch)
-	s.wg.Add(5)
+	s.wg.Add(6)
+	go s.every(s.FoldInterval, s.fold)
+	if slices.Contains(vacuums, "webhookd_outbox") {
+		s.wg.Add(1)
+		go s.every(s.VacuumInterval, s.vacuumOutbox)
+	}
 	go s.decideLoop()
 	go s.settleLoop()
 	go s.every(s.ExpiryInterval, s.expire)

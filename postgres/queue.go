@@ -102,22 +102,22 @@ func scanClaims(rows pgx.Rows, owner string, until time.Time) ([]forward.Claim, 
 
 // Pending returns how many entries wait to be forwarded, by target.
 func (s *Store) Pending(ctx context.Context) (map[forward.Target]int, error) {
-	return s.counts(ctx, pending)
+	return s.counts(ctx, "outbox")
 }
 
 // DeadLetterCounts returns how many dead letters each target has.
 func (s *Store) DeadLetterCounts() (map[forward.Target]int, error) {
 	ctx, cancel := s.background()
 	defer cancel()
-	return s.counts(ctx, countDeadLetters)
+	return s.counts(ctx, "dead")
 }
 
-// counts reads rows of source, route and a count.
-func (s *Store) counts(ctx context.Context, sql string) (map[forward.Target]int, error) {
+// counts adds up the count rows of kind by target.
+func (s *Store) counts(ctx context.Context, kind string) (map[forward.Target]int, error) {
 	if err := s.available(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, sql)
+	rows, err := s.pool.Query(ctx, sumCounts, kind)
 	if err != nil {
 		return nil, unavailable(err)
 	}

@@ -29,7 +29,7 @@ type routeStatus struct {
 }
 
 // settledStatus is the object a settle merges over its route's status
-// (setRouteStatus): every field but the position, those unset as null, so
+// (setRouteStatuses): every field but the position, those unset as null, so
 // that it replaces all of the status before it. Its times keep
 // microseconds, as the timestamptz columns do, so that a retrying status
 // names the time its entry is due at.

@@ -69,10 +69,21 @@ const (
 		AND webhookd_latest.ord = (SELECT was FROM x WHERE x.s = excluded.source AND x.res = excluded.resource)`
 
 	// insertOutbox appends entries in the order given, which is each
-	// lane's version order: seq follows ORDER BY.
+	// lane's version order: seq follows ORDER BY. An entry is its lane's
+	// head unless an earlier one of the batch or a row of the lane is
+	// there; the lock on that row keeps it until this commits, so the
+	// trigger that promotes the next entry when it goes sees this one
+	// (webhookd_outbox_promote). The row is the lane's last, which no
+	// settle is deleting while the lane has a head before it. SKIP LOCKED
+	// keeps decisions from waiting for a settle: a lane whose last row is
+	// locked takes the entry as a head, which the claim's own check of
+	// the lane corrects.
 	insertOutbox = `INSERT INTO webhookd_outbox (source, route, request_id, resource, version, content_type, headers,
-		trace, created_at, next_attempt_at)
-	SELECT s, rt, id, res, v, ct, h::jsonb, tr, c, n
+		trace, created_at, next_attempt_at, head)
+	SELECT s, rt, id, res, v, ct, h::jsonb, tr, c, n,
+		res = '' OR (i = min(i) OVER (PARTITION BY s, rt, res) AND NOT EXISTS (
+			SELECT 1 FROM webhookd_outbox p WHERE p.source = s AND p.route = rt AND p.resource = res
+			ORDER BY p.seq DESC LIMIT 1 FOR KEY SHARE SKIP LOCKED))
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 		$9::timestamptz[], $10::timestamptz[]) WITH ORDINALITY AS x(s, rt, id, res, v, ct, h, tr, c, n, i)
 	ORDER BY i`
@@ -98,19 +109,24 @@ const entryColumns = `source, route, request_id, resource, version, content_type
 const (
 	// claim leases the due lane heads of one target, a source's route:
 	// entries with no entry before them in their lane (an entry without a
-	// resource is alone in its own), not leased or whose lease ended. SKIP
+	// resource is alone in its own), not leased or whose lease ended. It
+	// walks the due index, which holds the entries marked head, and checks
+	// the lane of each, as a mark may be set on an entry behind another
+	// (insertOutbox). FOR NO KEY UPDATE, the lock its UPDATE takes, lets
+	// a decision's FOR KEY SHARE on a lane's row stand beside it. SKIP
 	// LOCKED passes over rows another claim or settle holds right now. $1
 	// source, $2 now, $3 n, $4 owner, $5 lease end, $6 route. Lanes are
 	// per route, so a route's heads wait for nothing of another route's.
 	claim = `WITH heads AS (
 		SELECT o.seq FROM webhookd_outbox o
-		WHERE o.source = $1 AND o.route = $6 AND o.next_attempt_at <= $2 AND (o.lease_until IS NULL OR o.lease_until <= $2)
+		WHERE o.source = $1 AND o.route = $6 AND o.head AND o.next_attempt_at <= $2
+		AND (o.lease_until IS NULL OR o.lease_until <= $2)
 		AND (o.resource = '' OR NOT EXISTS (
 			SELECT 1 FROM webhookd_outbox p
 			WHERE p.source = o.source AND p.route = o.route AND p.resource = o.resource AND p.seq < o.seq))
 		ORDER BY o.next_attempt_at, o.seq
 		LIMIT $3
-		FOR UPDATE OF o SKIP LOCKED
+		FOR NO KEY UPDATE OF o SKIP LOCKED
 	)
 	UPDATE webhookd_outbox o SET lease_owner = $4, lease_token = nextval('webhookd_lease_tokens'), lease_until = $5
 	FROM heads WHERE o.seq = heads.seq
@@ -129,9 +145,6 @@ const (
 
 	// bulkPlans: see bulkPlanning.
 	bulkPlans = `SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true)`
-
-	// pending counts the outbox by target.
-	pending = `SELECT source, route, count(*) FROM webhookd_outbox GROUP BY source, route`
 
 	// lockSettling locks the receipts of a settle batch, $1 sources and
 	// $2 request IDs in key order, one primary-key lookup each (see
@@ -251,8 +264,6 @@ const (
 	// lockReceipt is readReceipt holding the row until commit.
 	lockReceipt = readReceipt + ` FOR UPDATE`
 
-	countDeadLetters = `SELECT source, route, count(*) FROM webhookd_dead_letters GROUP BY source, route`
-
 	// lockDeadLetter reads a dead letter with its body, holding the row.
 	// $1 source, $2 route, $3 request ID.
 	lockDeadLetter = `SELECT 0, ` + entryColumns + `, dead_at, body FROM webhookd_dead_letters
@@ -284,4 +295,64 @@ const (
 	expirePayloads = `DELETE FROM webhookd_payloads WHERE (source, request_id) IN (
 		SELECT source, request_id FROM webhookd_payloads WHERE expires_at <= $1
 		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+)
+
+// Counts: the rows of webhookd_counts add up to how many outbox entries
+// ('outbox') and dead letters ('dead') each target has.
+const (
+	// sumCounts adds up the rows of kind $1 by target; a target with none
+	// left is absent. The table holds a row for each target and kind, and
+	// one for each statement that changed its count since the last fold:
+	// the sum costs the same whatever the number of entries it counts.
+	sumCounts = `SELECT source, route, sum(n)::bigint FROM webhookd_counts WHERE kind = $1
+	GROUP BY source, route HAVING sum(n) <> 0`
+
+	// foldCounts replaces the rows with their sums, one row a target and
+	// kind, in one statement, so that a reader sees the rows before or
+	// after it, never between. Every replica folds, and two folds at once
+	// stay exact: each deletes the rows its snapshot sees, and one that
+	// waits for a row the other deleted skips it once the other commits
+	// (under READ COMMITTED a DELETE re-checks a row it waited for), so
+	// every row is summed by exactly one fold; the row a fold inserts is
+	// not in the other's snapshot, so it is not deleted again; and rows
+	// committed after the statement began are left for the next fold.
+	foldCounts = `WITH folded AS (DELETE FROM webhookd_counts RETURNING kind, source, route, n)
+	INSERT INTO webhookd_counts (kind, source, route, n)
+	SELECT kind, source, route, sum(n) FROM folded GROUP BY kind, source, route HAVING sum(n) <> 0`
+)
+
+// Vacuums webhookd runs itself, of the tables autovacuum leaves alone
+// that it rewrites all the time (vacuum.go). VACUUM takes no parameters
+// and runs outside a transaction.
+const (
+	// vacuumCounts: SKIP_LOCKED leaves the table to a VACUUM another
+	// replica runs right now.
+	vacuumCounts = `VACUUM (SKIP_LOCKED) webhookd_counts`
+	vacuumOutbox = `VACUUM (SKIP_LOCKED) webhookd_outbox`
+
+	// mayVacuum names those of the tables ($1) this user may vacuum: as
+	// their owner (or a role with its privileges, a superuser) or as the
+	// database's owner. Anyone else's VACUUM skips the table with a
+	// warning and succeeds.
+	mayVacuum = `SELECT c.relname FROM unnest($1::text[]) AS t(name)
+	JOIN pg_class c ON c.oid = to_regclass(t.name)
+	WHERE pg_has_role(c.relowner, 'USAGE')
+		OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()), 'USAGE')`
+
+	// outboxDead says whether the outbox has at least $1 dead rows and $2
+	// of its live ones, by the statistics system's counts, which it keeps
+	// with autovacuum off.
+	outboxDead = `SELECT n_dead_tup >= $1 + $2 * n_live_tup FROM pg_stat_user_tables
+	WHERE relid = to_regclass('webhookd_outbox')`
+
+	// lockOutboxVacuum and unlockOutboxVacuum take and give back the
+	// session lock that lets one replica at a time vacuum the outbox of
+	// this schema.
+	// noStatementTimeout and resetStatementTimeout lift the connection's
+	// statement timeout for the outbox's VACUUM, and restore it.
+	noStatementTimeout    = `SET statement_timeout = 0`
+	resetStatementTimeout = `RESET statement_timeout`
+
+	lockOutboxVacuum   = `SELECT pg_try_advisory_lock(hashtextextended('webhookd vacuum ' || to_regclass('webhookd_outbox')::oid, 0))`
+	unlockOutboxVacuum = `SELECT pg_advisory_unlock(hashtextextended('webhookd vacuum ' || to_regclass('webhookd_outbox')::oid, 0))`
 )

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -10,7 +11,24 @@ import (
 
 // tables are webhookd's tables that change after they are written.
 var tables = []string{"webhookd_receipts", "webhookd_latest", "webhookd_payloads", "webhookd_outbox", "webhookd_dead_letters",
-	"webhookd_routes"}
+	"webhookd_routes", "webhookd_counts"}
+
+// selfVacuumed are the tables webhookd vacuums itself when autovacuum
+// leaves them alone. Both are rewritten all the time and small in steady
+// state, so a VACUUM of either is cheap, and both set webhookd's speed
+// without one: the count rows are summed at every poll, and a claim walks
+// the due index past the entries of every row deleted since the outbox's
+// last VACUUM. The other tables' dead rows cost space, not speed.
+var selfVacuumed = []string{"webhookd_counts", "webhookd_outbox"}
+
+// Thresholds of the outbox's VACUUM: it runs once the outbox has
+// vacuumDead dead rows and vacuumScale of its live ones, so that a claim's
+// walk past dead index entries stays short in steady state, and a backlog
+// is not read whole at every VacuumInterval.
+const (
+	vacuumDead  = 1000
+	vacuumScale = 0.1
+)
 
 // autovacuumOff names those of the tables ($1) autovacuum leaves alone:
 // it is off for the server, or for the table (autovacuum_enabled in its
@@ -22,31 +40,115 @@ const autovacuumOff = `SELECT c.relname FROM unnest($1::text[]) AS t(name)
 			WHERE lower(o.opt) ~ '^autovacuum_enabled=(f|fa|fal|fals|false|n|no|of|off|0)$')
 	ORDER BY c.relname`
 
-// warnAutovacuum logs one warning at Open when autovacuum leaves any of
-// webhookd's tables alone. webhookd's statements do not depend on table
-// statistics (each is planned when it runs, and its lookups can only use
-// an index), so intake keeps its speed as the tables grow; but only a
-// VACUUM makes the space of deleted and updated rows reusable, and
-// webhookd does not vacuum: that is the database owner's schedule. A
-// database that cannot say (not PostgreSQL's catalog) gets no warning.
-func (s *Store) warnAutovacuum(ctx context.Context) {
-	rows, err := s.pool.Query(ctx, autovacuumOff, tables)
+// names runs sql with tables and returns the names it selects; a database
+// that cannot say (not PostgreSQL's catalog) names none.
+func (s *Store) names(ctx context.Context, sql string, tables []string) []string {
+	rows, err := s.pool.Query(ctx, sql, tables)
 	if err != nil {
-		s.Logger.Debug("cannot tell whether autovacuum is on", zap.Error(err))
-		return
+		s.Logger.Debug("cannot read the catalog", zap.Error(err))
+		return nil
 	}
-	off, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		s.Logger.Debug("cannot tell whether autovacuum is on", zap.Error(err))
+		s.Logger.Debug("cannot read the catalog", zap.Error(err))
+		return nil
+	}
+	return names
+}
+
+// vacuums returns which of selfVacuumed webhookd vacuums: those autovacuum
+// leaves alone and this user may vacuum. It logs one warning naming the
+// tables autovacuum leaves alone that webhookd does not vacuum: their
+// space of deleted and updated rows is never reused until a VACUUM.
+func (s *Store) vacuums(ctx context.Context) []string {
+	off := s.names(ctx, autovacuumOff, tables)
+	var own []string
+	for _, t := range s.names(ctx, mayVacuum, selfVacuumed) {
+		if slices.Contains(off, t) {
+			own = append(own, t)
+		}
+	}
+	left := slices.DeleteFunc(slices.Clone(off), func(t string) bool { return slices.Contains(own, t) })
+	if len(left) > 0 {
+		s.Logger.Warn("autovacuum is off for webhookd's tables: the space of their deleted and updated rows "+
+			"(every receipt a redelivery or a forward result updates, every receipt and payload expired, "+
+			"every dead letter retried or discarded, every change of a route's state) is never reused, so the tables and their indexes only grow. "+
+			"webhookd vacuums the outbox and its counts itself when it may (as their owner or the database's); "+
+			"schedule VACUUM (ANALYZE) of these tables, or turn autovacuum on for them",
+			zap.String("tables", strings.Join(left, ", ")))
+	}
+	if len(own) > 0 {
+		s.Logger.Info("autovacuum is off for tables webhookd vacuums itself", zap.String("tables", strings.Join(own, ", ")))
+	}
+	return own
+}
+
+// vacuumCountsAfterFold is foldCounts' follow-up when webhookd vacuums
+// the count rows: every fold deletes as many rows as it leaves.
+func (s *Store) vacuumCountsAfterFold(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, vacuumCounts)
+	return err
+}
+
+// vacuumOutbox vacuums the outbox, every VacuumInterval, once it holds
+// enough dead rows, one replica at a time: the first to take the
+// session lock vacuums, the others pass until the next interval. Its
+// statement has no timeout: a VACUUM cancelled midway starts over at
+// the next, so one too large for the timeout would never finish.
+func (s *Store) vacuumOutbox() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := s.tryVacuumOutbox(ctx); err != nil {
+		s.vacuumLog.Fail("vacuum the outbox", zap.Error(err))
 		return
 	}
-	if len(off) == 0 {
-		return
+	s.vacuumLog.OK("outbox vacuumed again")
+}
+
+func (s *Store) tryVacuumOutbox(ctx context.Context) error {
+	var due bool
+	if err := s.pool.QueryRow(ctx, outboxDead, vacuumDead, vacuumScale).Scan(&due); err != nil || !due {
+		return err
 	}
-	s.Logger.Warn("autovacuum is off for webhookd's tables: the space of their deleted and updated rows "+
-		"(every forwarded outbox entry, every receipt a redelivery or a forward result updates, "+
-		"every receipt and payload expired, every change of a route's state) is never reused, so the tables and their indexes only grow. "+
-		"webhookd's statements do not depend on table statistics, so its speed holds, but it does not vacuum: "+
-		"schedule VACUUM (ANALYZE) of these tables, or turn autovacuum on for them",
-		zap.String("tables", strings.Join(off, ", ")))
+	_, err := s.vacuumOutboxAlone(ctx)
+	return err
+}
+
+// vacuumOutboxAlone vacuums the outbox unless another replica holds the
+// lock, and says whether it did.
+func (s *Store) vacuumOutboxAlone(ctx context.Context) (bool, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, lockOutboxVacuum).Scan(&locked); err != nil || !locked {
+		return false, err
+	}
+	// A connection whose unlock or reset failed holds the lock or the
+	// setting: it is closed rather than given back to the pool.
+	release := func(sql string) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.StatementTimeout)
+		defer cancel()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			conn.Conn().Close(ctx)
+		}
+	}
+	defer release(unlockOutboxVacuum)
+	if _, err := conn.Exec(ctx, noStatementTimeout); err != nil {
+		return false, err
+	}
+	defer release(resetStatementTimeout)
+	if _, err := conn.Exec(ctx, vacuumOutbox); err != nil {
+		return false, err
+	}
+	return true, nil
 }

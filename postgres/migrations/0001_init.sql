@@ -93,9 +93,15 @@ CREATE TABLE webhookd_outbox (
     last_error      text        NOT NULL DEFAULT '',
     lease_owner     text,
     lease_token     bigint,
-    lease_until     timestamptz
+    lease_until     timestamptz,
+    -- False while the entry has an earlier entry in its lane, which
+    -- insertOutbox sees and webhookd_outbox_promote turns true once the
+    -- earlier entries went; true may also mean "maybe", which the claim
+    -- checks. The due index holds heads only, so that a claim walks no
+    -- entry waiting behind one, however many wait.
+    head            boolean     NOT NULL DEFAULT true
 );
-CREATE INDEX webhookd_outbox_due ON webhookd_outbox (source, route, next_attempt_at, seq);
+CREATE INDEX webhookd_outbox_due ON webhookd_outbox (source, route, next_attempt_at, seq) WHERE head;
 CREATE INDEX webhookd_outbox_lane ON webhookd_outbox (source, route, resource, seq);
 
 CREATE SEQUENCE webhookd_lease_tokens;
@@ -143,3 +149,73 @@ CREATE TABLE webhookd_routes (
     tokens_at   timestamptz,
     PRIMARY KEY (source, route)
 );
+
+-- How many outbox entries ('outbox') and dead letters ('dead') each target
+-- has, as rows of changes that add up to the counts. Triggers on the two
+-- tables insert a row for each target a statement changed, so that every
+-- write path counts and concurrent writers never contend on one row; the
+-- store folds the rows into one a target now and then (foldCounts).
+CREATE TABLE webhookd_counts (
+    kind   text   NOT NULL,
+    source text   NOT NULL,
+    route  text   NOT NULL,
+    n      bigint NOT NULL
+);
+
+-- TG_ARGV[0] is the kind; the transition table is the rows a statement
+-- inserted (added) or deleted (removed); a TRUNCATE empties the kind.
+-- search_path is the migration's, so that a statement run with another
+-- one (an operator's) finds the table too.
+CREATE FUNCTION webhookd_count_added() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO webhookd_counts (kind, source, route, n)
+    SELECT TG_ARGV[0], source, route, count(*) FROM added GROUP BY source, route;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION webhookd_count_removed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO webhookd_counts (kind, source, route, n)
+    SELECT TG_ARGV[0], source, route, -count(*) FROM removed GROUP BY source, route;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION webhookd_count_truncated() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM webhookd_counts WHERE kind = TG_ARGV[0];
+    RETURN NULL;
+END $$;
+
+-- Entries and dead letters never change target: an UPDATE leaves the
+-- counts as they are.
+CREATE TRIGGER webhookd_outbox_added AFTER INSERT ON webhookd_outbox
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_added('outbox');
+CREATE TRIGGER webhookd_outbox_removed AFTER DELETE ON webhookd_outbox
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_removed('outbox');
+CREATE TRIGGER webhookd_dead_letters_added AFTER INSERT ON webhookd_dead_letters
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_added('dead');
+CREATE TRIGGER webhookd_dead_letters_removed AFTER DELETE ON webhookd_dead_letters
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_removed('dead');
+CREATE TRIGGER webhookd_outbox_truncated AFTER TRUNCATE ON webhookd_outbox
+    FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_truncated('outbox');
+CREATE TRIGGER webhookd_dead_letters_truncated AFTER TRUNCATE ON webhookd_dead_letters
+    FOR EACH STATEMENT EXECUTE FUNCTION webhookd_count_truncated('dead');
+
+-- A lane's first entry becomes its head when the entries before it are
+-- deleted (delivered, superseded, buried, discarded). An entry inserted
+-- behind one holds a FOR KEY SHARE lock on it until its insert commits,
+-- so a DELETE of that entry waits, and this statement, planned after it,
+-- sees the new one: no lane is left without a head. One probe of the lane
+-- index a lane the statement touched.
+CREATE FUNCTION webhookd_outbox_promote() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    UPDATE webhookd_outbox o SET head = true
+    FROM (SELECT DISTINCT source, route, resource FROM removed WHERE resource <> '') l,
+        LATERAL (SELECT p.seq FROM webhookd_outbox p
+            WHERE p.source = l.source AND p.route = l.route AND p.resource = l.resource
+            ORDER BY p.seq LIMIT 1) first
+    WHERE o.seq = first.seq AND NOT o.head;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER webhookd_outbox_promote AFTER DELETE ON webhookd_outbox
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION webhookd_outbox_promote();

@@ -58,6 +58,7 @@ func Run(t *testing.T, open Open) {
 		{"PayloadGoneIsDeadLettered", testPayloadGone},
 		{"PayloadExpiresWhileWaiting", testPayloadExpiresWhileWaiting},
 		{"CountsByTarget", testCountsByTarget},
+		{"CountsStayExact", testCountsStayExact},
 		{"NotifiedOfNewEntries", testNotify},
 		{"RedeliverRetryDiscard", testRepairs},
 		{"DurableAcrossReopen", testDurable},
