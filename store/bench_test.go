@@ -22,12 +22,7 @@ func BenchmarkDecide(b *testing.B) {
 	for _, routes := range []int{0, 1, 3} {
 		names := []string{"ledger", "audit", "search"}[:routes]
 		b.Run(fmt.Sprintf("routes=%d", routes), func(b *testing.B) {
-			s := New(b.TempDir())
-			s.Logger = zap.NewNop()
-			if err := s.Open(); err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := openBench(b)
 			body := []byte(`{"pad":"` + strings.Repeat("x", 1000) + `"}`) // 1 KB
 			var n atomic.Int64
 			b.SetParallelism(32) // in-flight deliveries per CPU, like concurrent HTTP requests
@@ -52,14 +47,21 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
-// BenchmarkDecideDuplicate measures redeliveries of one held request ID.
-func BenchmarkDecideDuplicate(b *testing.B) {
+// openBench opens a store that logs nothing in a temporary directory,
+// closed when the benchmark ends.
+func openBench(b *testing.B) *Store {
 	s := New(b.TempDir())
 	s.Logger = zap.NewNop()
 	if err := s.Open(); err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// BenchmarkDecideDuplicate measures redeliveries of one held request ID.
+func BenchmarkDecideDuplicate(b *testing.B) {
+	s := openBench(b)
 	var n atomic.Int64
 	for i := 0; i < 1000; i++ {
 		if _, err := s.Decide(ctx, delivery(fmt.Sprint("req-", i), "d", `{}`)); err != nil {

@@ -117,12 +117,7 @@ func (w *rawWriter) write(o *rawOp) error {
 // shape writes: its receipt, latest version, payload and first outbox
 // entry (the last two nil without routes), as a store wrote them.
 func decisionValues(b *testing.B, routes []string, body []byte) (receipt, latest, payload, entry []byte) {
-	s := New(b.TempDir())
-	s.Logger = zap.NewNop()
-	if err := s.Open(); err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openBench(b)
 	d := versioned("req-1", "res-1", 1)
 	d.Forward, d.Routes, d.Body = len(routes) > 0, routes, body
 	if _, err := s.Decide(ctx, d); err != nil {
@@ -207,12 +202,7 @@ func BenchmarkBadgerAlone(b *testing.B) {
 // many owners claim one entry each and settle it delivered. Its ceiling
 // is BenchmarkSettleBadgerAlone.
 func BenchmarkSettle(b *testing.B) {
-	s := New(b.TempDir())
-	s.Logger = zap.NewNop()
-	if err := s.Open(); err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openBench(b)
 	fill(b, s, b.N)
 	target := forward.Target{Source: "billing", Route: "ledger"}
 	b.SetParallelism(32)
