@@ -70,32 +70,21 @@ func TestRotatedCertificateIsServedWithoutRestart(t *testing.T) {
 	dir := t.TempDir()
 	f := newFixture(t, nil)
 	f.serveTLS(t, ca, dir, "cert-a")
-	if got := servedName(t, f.server.PublicAddr(), ca.Pool()); got != "cert-a" {
+	if got := certstest.ServedName(t, f.server.PublicAddr(), ca.Pool()); got != "cert-a" {
 		t.Fatalf("serves %q, want cert-a", got)
 	}
 	ca.WriteFiles(t, dir, "cert-b")
 	// The files are looked at again at most once a second.
 	deadline := time.Now().Add(10 * time.Second)
-	for servedName(t, f.server.PublicAddr(), ca.Pool()) != "cert-b" {
+	for certstest.ServedName(t, f.server.PublicAddr(), ca.Pool()) != "cert-b" {
 		if time.Now().After(deadline) {
 			t.Fatal("the rotated certificate was not served within 10s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if got := servedName(t, f.server.AdminAddr(), ca.Pool()); got != "cert-b" {
+	if got := certstest.ServedName(t, f.server.AdminAddr(), ca.Pool()); got != "cert-b" {
 		t.Errorf("admin listener serves %q, want cert-b", got)
 	}
-}
-
-// servedName is the common name of the certificate addr serves.
-func servedName(t *testing.T, addr string, roots *x509.CertPool) string {
-	t.Helper()
-	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
 }
 
 // A body over max_body is refused with its 413 over TLS too: the refused

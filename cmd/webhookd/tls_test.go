@@ -2,17 +2,12 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/webhookd/webhookd/internal/certs/certstest"
@@ -35,18 +30,7 @@ func TestServeOverTLSEndToEnd(t *testing.T) {
 	caFile := filepath.Join(dir, "ca.crt")
 	certstest.Replace(t, caFile, ca.PEM())
 
-	var shown atomic.Value
-	down := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		shown.Store(r.TLS.PeerCertificates[0].Subject.CommonName)
-	}))
-	down.Config.ErrorLog = log.New(io.Discard, "", 0)
-	down.TLS = &tls.Config{
-		Certificates: []tls.Certificate{ca.KeyPair(t, "downstream")},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    ca.Pool(),
-	}
-	down.StartTLS()
-	t.Cleanup(down.Close)
+	down, shown := ca.MutualTLSServer(t)
 
 	public, admin := freeAddr(t), freeAddr(t)
 	config := filepath.Join(dir, "webhookd.yaml")
@@ -99,18 +83,7 @@ sources:
 	}
 
 	ca.WriteFiles(t, serverDir, "webhookd-b")
-	waitFor(t, "the rotated certificate served", func() bool { return servedName(t, public, ca.Pool()) == "webhookd-b" })
-}
-
-// servedName is the common name of the certificate addr serves.
-func servedName(t *testing.T, addr string, roots *x509.CertPool) string {
-	t.Helper()
-	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+	waitFor(t, "the rotated certificate served", func() bool { return certstest.ServedName(t, public, ca.Pool()) == "webhookd-b" })
 }
 
 // config check names every TLS file that cannot serve, and exits 1.

@@ -1,14 +1,12 @@
 package sender_test
 
 import (
-	"crypto/tls"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
@@ -19,26 +17,6 @@ import (
 	"github.com/webhookd/webhookd/internal/certs/certstest"
 	"github.com/webhookd/webhookd/storage"
 )
-
-// mutualTLSServer is a downstream serving the certificate ca issues for
-// 127.0.0.1, that requires a client certificate ca issued, and notes the
-// name of each it was shown.
-func mutualTLSServer(t *testing.T, ca *certstest.CA) (*httptest.Server, *atomic.Value) {
-	t.Helper()
-	var client atomic.Value
-	down := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		client.Store(r.TLS.PeerCertificates[0].Subject.CommonName)
-	}))
-	down.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
-	down.TLS = &tls.Config{
-		Certificates: []tls.Certificate{ca.KeyPair(t, "downstream")},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    ca.Pool(),
-	}
-	down.StartTLS()
-	t.Cleanup(down.Close)
-	return down, &client
-}
 
 // writeCA writes ca's certificate as a CA bundle in dir.
 func writeCA(t *testing.T, dir string, ca *certstest.CA) string {
@@ -52,7 +30,7 @@ func writeCA(t *testing.T, dir string, ca *certstest.CA) string {
 // CA that also issued its own, gets the route's and takes the forward.
 func TestMutualTLSWithAPrivateCA(t *testing.T) {
 	ca := certstest.NewCA(t, "internal CA")
-	down, client := mutualTLSServer(t, ca)
+	down, client := ca.MutualTLSServer(t)
 	dir := t.TempDir()
 	certFile, keyFile := ca.WriteFiles(t, dir, "webhookd")
 	r := route(down.URL)
@@ -93,13 +71,13 @@ func TestUntrustedCertificateFailsTheAttempt(t *testing.T) {
 		},
 		{
 			name: "server certificate for another name",
-			down: func() *httptest.Server { down, _ := mutualTLSServer(t, ca); return down },
+			down: func() *httptest.Server { down, _ := ca.MutualTLSServer(t); return down },
 			tls:  &sender.RouteTLS{CAFile: writeCA(t, dir, ca), ServerName: "ledger.internal"},
 			want: "x509: certificate is valid for localhost, not ledger.internal",
 		},
 		{
 			name: "no client certificate",
-			down: func() *httptest.Server { down, _ := mutualTLSServer(t, ca); return down },
+			down: func() *httptest.Server { down, _ := ca.MutualTLSServer(t); return down },
 			tls:  &sender.RouteTLS{CAFile: writeCA(t, dir, ca)},
 			want: "the downstream refused the TLS connection: remote error: tls: certificate required",
 		},
@@ -128,7 +106,7 @@ func TestUntrustedCertificateFailsTheAttempt(t *testing.T) {
 // is in place, without a restart.
 func TestRotatedCABundleIsTrustedWithoutRestart(t *testing.T) {
 	oldCA, newCA := certstest.NewCA(t, "old CA"), certstest.NewCA(t, "new CA")
-	down, _ := mutualTLSServer(t, newCA)
+	down, _ := newCA.MutualTLSServer(t)
 	dir := t.TempDir()
 	certFile, keyFile := newCA.WriteFiles(t, dir, "webhookd")
 	r := route(down.URL)

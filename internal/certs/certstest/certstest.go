@@ -10,10 +10,15 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
+	"log"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -139,4 +144,36 @@ func serial(t testing.TB) *big.Int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// MutualTLSServer starts a server serving the certificate ca issues for
+// 127.0.0.1, that requires a client certificate ca issued, and notes the
+// common name of each it was shown; it is closed when the test ends.
+func (ca *CA) MutualTLSServer(t testing.TB) (*httptest.Server, *atomic.Value) {
+	t.Helper()
+	var client atomic.Value
+	down := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client.Store(r.TLS.PeerCertificates[0].Subject.CommonName)
+	}))
+	down.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
+	down.TLS = &tls.Config{
+		Certificates: []tls.Certificate{ca.KeyPair(t, "downstream")},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    ca.Pool(),
+	}
+	down.StartTLS()
+	t.Cleanup(down.Close)
+	return down, &client
+}
+
+// ServedName returns the common name of the certificate addr serves,
+// verified against roots.
+func ServedName(t testing.TB, addr string, roots *x509.CertPool) string {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
 }
