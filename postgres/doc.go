@@ -101,8 +101,8 @@
 // the tables were small outlives their growth, and a decision's lookups
 // carry LIMIT 1, so that the planner cannot flatten them into a join it
 // would run as a scan of the table. The claim is the exception: it is
-// planned generically, in a transaction of its own (withGenericPlans), as
-// its generic plan is the ordered walk of the due index that stops at the
+// planned generically, in a transaction of its own (leaseHeads), as its
+// generic plan is the ordered walk of the due index that stops at the
 // limit. A list's page is planned with sorts disabled (withIndexOrder),
 // so that it walks its index from the cursor and stops at its limit,
 // where the planner, guessing few rows after the cursor on tables never

@@ -384,12 +384,15 @@ func TestPlansWithoutStatistics(t *testing.T) {
 		}
 	}
 
-	// The claim, planned as withGenericPlans plans it, walks the due index
+	// The claim, planned as leaseHeads plans it, walks the due index
 	// in order and stops at its limit, rather than reading and sorting
 	// every due entry. EXPLAIN with parameters would plan for their
 	// values; EXPLAIN EXECUTE of a prepared statement plans as the claim's
 	// own statement is planned.
-	err := withGenericPlans(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, forceGenericPlans); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "PREPARE claim_plan AS "+claim); err != nil {
 			return err
 		}

@@ -39,33 +39,31 @@ func (s *Store) Claim(ctx context.Context, owner string, target forward.Target, 
 	return claims, nil
 }
 
-// leaseHeads runs the claim statement and reads what it leased.
-func (s *Store) leaseHeads(ctx context.Context, owner string, target forward.Target, n int, now, until time.Time) ([]forward.Claim, error) {
-	var claims []forward.Claim
-	err := withGenericPlans(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, claim, target.Source, now, n, owner, until, target.Route)
-		if err != nil {
-			return err
-		}
-		claims, err = scanClaims(rows, owner, until)
-		return err
-	})
-	return claims, err
-}
-
-// withGenericPlans runs fn in a transaction whose statements are planned
-// without their parameters' values. The claim needs it: its generic plan
+// leaseHeads runs the claim statement and reads what it leased, in one
+// round trip: a batch is one transaction, committed at its end. The
+// statement is planned without its parameters' values: its generic plan
 // walks the due index in order and stops at the limit, whatever the
 // backlog; a plan for the values at hand, on an outbox never analyzed,
 // guesses a handful of due entries, so it reads every due entry of the
 // target and sorts them, for every claim.
-func withGenericPlans(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, forceGenericPlans); err != nil {
-			return err
-		}
-		return fn(tx)
-	})
+func (s *Store) leaseHeads(ctx context.Context, owner string, target forward.Target, n int, now, until time.Time) ([]forward.Claim, error) {
+	b := &pgx.Batch{}
+	b.Queue(forceGenericPlans)
+	b.Queue(claim, target.Source, now, n, owner, until, target.Route)
+	res := s.pool.SendBatch(ctx, b)
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return nil, err
+	}
+	claims, err := scanClaims(rows, owner, until)
+	if err != nil {
+		return nil, err
+	}
+	return claims, res.Close()
 }
 
 // withIndexOrder runs fn in a transaction whose statements read rows in

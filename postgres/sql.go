@@ -137,8 +137,11 @@ const (
 		o.resource <> '' AND EXISTS (SELECT 1 FROM webhookd_outbox n
 			WHERE n.source = o.source AND n.route = o.route AND n.resource = o.resource AND n.seq > o.seq)`
 
-	// forceGenericPlans: see withGenericPlans.
-	forceGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+	// forceGenericPlans plans the rest of its transaction's statements
+	// without their parameters' values (see leaseHeads). It is set_config
+	// rather than SET LOCAL, which warns in the server's log when its
+	// transaction is a batch's implicit one.
+	forceGenericPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 	// noSorts: see withIndexOrder.
 	noSorts = `SET LOCAL enable_sort = off`
