@@ -173,3 +173,83 @@ func TestQueueFailuresLogOnce(t *testing.T) {
 		}
 	}
 }
+
+// heldQueue holds the claims of one target until told to answer them, as
+// a database slow to answer a claim does. A held claim has already been
+// made when it is held: it answers with what was due before it was held.
+type heldQueue struct {
+	backend
+	target forward.Target
+	held   chan struct{} // a claim of target is held
+	answer chan struct{} // one held claim answers
+}
+
+func newHeldQueue(b backend, t forward.Target) *heldQueue {
+	return &heldQueue{backend: b, target: t, held: make(chan struct{}, 16), answer: make(chan struct{})}
+}
+
+// awaitHeld waits for a claim of the target to be held.
+func (q *heldQueue) awaitHeld(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-q.held:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s after 10 s", what)
+	}
+}
+
+func (q *heldQueue) Claim(ctx context.Context, owner string, target forward.Target, n int, lease time.Duration) ([]forward.Claim, error) {
+	claims, err := q.backend.Claim(ctx, owner, target, n, lease)
+	if target == q.target {
+		q.held <- struct{}{}
+		<-q.answer
+	}
+	return claims, err
+}
+
+// A claim the queue is slow to answer holds up only its own route: the
+// other routes' claims and sends go on meanwhile.
+func TestSlowClaimHoldsUpOnlyItsRoute(t *testing.T) {
+	down := newDownstream(t, func(r *http.Request, n int) int { return http.StatusOK })
+	q := newHeldQueue(openStore(t, t.TempDir()), target("slow"))
+	f := sender.New(q, map[forward.Target]sender.Route{target("slow"): route(down.URL), target("quick"): route(down.URL)}, zaptest.NewLogger(t))
+	f.PollInterval = time.Hour
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		close(q.answer) // every held claim answers, so that Close returns
+		f.Close(ctx)
+	})
+	q.awaitHeld(t, "claim of the slow route at open")
+	accept(t, q, "quick", "req-1", "", 0)
+	eventually(t, "the quick route's entry forwarded while the slow route's claim is held", func() bool {
+		return pending(t, q)[target("quick")] == 0
+	})
+}
+
+// A commit that lands while a route's claim is out is a reason to claim
+// again, even when that claim comes back with fewer entries than it asked
+// for: the claim may have run before the commit.
+func TestCommitDuringAClaimIsNotLost(t *testing.T) {
+	down := newDownstream(t, func(r *http.Request, n int) int { return http.StatusOK })
+	q := newHeldQueue(openStore(t, t.TempDir()), target("billing"))
+	f := sender.New(q, map[forward.Target]sender.Route{target("billing"): route(down.URL)}, zaptest.NewLogger(t))
+	f.PollInterval = time.Hour // no poll makes up for a lost notification
+	if err := f.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		close(q.answer)
+		f.Close(ctx)
+	})
+	q.awaitHeld(t, "claim at open")
+	accept(t, q, "billing", "req-1", "", 0)
+	time.Sleep(50 * time.Millisecond) // the commit's notification reaches the forwarder
+	q.answer <- struct{}{}            // the claim, made on an empty outbox, answers: nothing
+	q.awaitHeld(t, "claim for the commit made while the first claim was out")
+	q.answer <- struct{}{}
+	eventually(t, "the entry committed during the claim forwarded", func() bool {
+		return pending(t, q)[target("billing")] == 0
+	})
+}

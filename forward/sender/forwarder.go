@@ -121,7 +121,9 @@ type Forwarder struct {
 	jitter  func() float64
 
 	jobs      int      // jobs started and not yet finished; owned by run
+	claims    int      // claims started and not yet back; owned by run
 	due       dueTimes // retries this forwarder scheduled; owned by run
+	fetched   chan claimed
 	released  chan *route
 	finished  chan outcome
 	stop      chan struct{}
@@ -164,6 +166,7 @@ func New(b Backend, routes map[forward.Target]Route, logger *zap.Logger) *Forwar
 		routes:       make(map[forward.Target]*route, len(routes)),
 		now:          time.Now,
 		jitter:       rand.Float64,
+		fetched:      make(chan claimed),
 		released:     make(chan *route),
 		finished:     make(chan outcome),
 		stop:         make(chan struct{}),
@@ -227,12 +230,21 @@ type route struct {
 	passHeaders []string
 	client      *fasthttp.HostClient
 	orphan      bool // not configured: entries are dead-lettered
-	inflight    int  // claims whose downstream request is not answered yet, against Concurrency
+	// inflight is the slots taken, against Concurrency: by claims on the
+	// wire, and by claimed entries whose downstream request is not
+	// answered yet.
+	inflight int
 	// ask says the queue may hold entries of this route's that no claim
 	// has asked for: the queue notified, a poll or a retry came due, or
 	// the last claim took all it asked for. A freed slot alone is no
 	// reason to ask, so an idle outbox costs no claims between commits.
 	ask bool
+	// asks counts the reasons to ask the route has had: a claim that
+	// finds no more due entries leaves ask unset only when no reason
+	// came while it ran.
+	asks uint64
+	// claiming says the route's claim is out.
+	claiming bool
 	// wake is when a route the backend's control held back (out of
 	// tokens, open, paused) asks again; till then nothing else makes it
 	// ask, so a held route costs no grant per commit.
@@ -268,7 +280,7 @@ func (f *Forwarder) run() {
 	stopping, discover := false, true
 	for {
 		if stopping {
-			if f.jobs == 0 {
+			if f.jobs == 0 && f.claims == 0 {
 				return
 			}
 		} else {
@@ -288,6 +300,8 @@ func (f *Forwarder) run() {
 		case <-poll.C:
 			discover = true
 			f.askAll()
+		case c := <-f.fetched:
+			f.start(c)
 		case r := <-f.released:
 			r.inflight--
 		case o := <-f.finished:
@@ -310,6 +324,7 @@ func (f *Forwarder) run() {
 func (f *Forwarder) askAll() {
 	for _, r := range f.routes {
 		r.ask = true
+		r.asks++
 	}
 }
 
@@ -354,6 +369,7 @@ func (f *Forwarder) learn(o outcome) {
 	r := o.r
 	if o.probe {
 		r.probing, r.ask, r.wake = false, true, time.Time{}
+		r.asks++
 	}
 	if o.state == nil {
 		return
@@ -366,10 +382,12 @@ func (f *Forwarder) learn(o outcome) {
 			zap.String("source", r.target.Source), zap.String("route", r.target.Route),
 			zap.Time("open_until", s.OpenUntil), zap.Int("opens", s.Opens))
 		r.ask, r.wake = true, s.OpenUntil
+		r.asks++
 	case !broken(*s) && broken(was):
 		f.Logger.Info("route's circuit breaker closed: sending again",
 			zap.String("source", r.target.Source), zap.String("route", r.target.Route))
 		r.ask, r.wake = true, time.Time{}
+		r.asks++
 	}
 }
 
@@ -389,54 +407,110 @@ func (f *Forwarder) discoverOrphans() {
 	}
 }
 
-// claim starts a job for every entry the queue hands out to a route with
-// free slots, as many as the backend's control grants.
+// claim starts a claim for every route with entries to ask for, free
+// slots and no claim of its own on the wire. Claims run apart from the
+// scheduler, so that a queue behind a network (a shared database) answers
+// the routes' claims at once, and a route's jobs keep starting and its
+// slots freeing while its claim is out. A route has one claim out at a
+// time: claims of one route running side by side would pass over each
+// other's entries, costing the queue more for the same entries. A claim
+// holds the slots it asks for until it returns.
 func (f *Forwarder) claim() {
 	now := f.now()
 	for _, r := range f.routes {
 		free := r.Concurrency - r.inflight
 		// With jobs in flight, a route asks again once a quarter of its
-		// slots are free: a queue behind a network (a shared database)
-		// then answers one claim for many entries, not one for each.
-		if !r.ask || r.probing || now.Before(r.wake) || free <= 0 || (r.inflight > 0 && free < max(1, r.Concurrency/4)) {
+		// slots are free: the queue then answers one claim for many
+		// entries, not one for each.
+		if !r.ask || r.claiming || r.probing || now.Before(r.wake) || free <= 0 || (r.inflight > 0 && free < max(1, r.Concurrency/4)) {
 			continue
 		}
 		r.wake = time.Time{}
-		granted, probe := free, false
-		if !r.orphan {
-			var err error
-			granted, probe, err = f.control.Grant(f.ctx, f.Owner, r.target, free, r.Rate, r.lease())
-			if err != nil {
-				f.claimLog.Fail("grant sends to a route", zap.String("source", r.target.Source), zap.String("route", r.target.Route), zap.Error(err))
-				continue
-			}
-			if granted == 0 {
-				f.hold(r, now, free)
-				continue
-			}
+		r.inflight += free
+		r.claiming = true
+		f.claims++
+		f.wg.Add(1)
+		go f.fetch(r, free, r.asks)
+	}
+}
+
+// claimed is what one claim brings back to the scheduler.
+type claimed struct {
+	r *route
+	// asked is how many slots the claim held; asks is the route's asks
+	// when it started.
+	asked  int
+	asks   uint64
+	claims []forward.Claim
+	// granted is what the route's control granted, probe whether it
+	// granted the probe; failed says the grant or the claim failed.
+	granted int
+	probe   bool
+	failed  bool
+}
+
+// fetch grants and claims up to n entries of r, and gives back the sends
+// granted and not claimed.
+func (f *Forwarder) fetch(r *route, n int, asks uint64) {
+	defer f.wg.Done()
+	c := claimed{r: r, asked: n, asks: asks, granted: n}
+	if !r.orphan {
+		var err error
+		c.granted, c.probe, err = f.control.Grant(f.ctx, f.Owner, r.target, n, r.Rate, r.lease())
+		if err != nil {
+			f.claimLog.Fail("grant sends to a route", zap.String("source", r.target.Source), zap.String("route", r.target.Route), zap.Error(err))
+			c.failed, c.granted = true, 0
 		}
-		claims, err := f.queue.Claim(f.ctx, f.Owner, r.target, granted, r.lease())
+	}
+	if c.granted > 0 {
+		var err error
+		c.claims, err = f.queue.Claim(f.ctx, f.Owner, r.target, c.granted, r.lease())
 		if err != nil {
 			f.claimLog.Fail("claim outbox entries", zap.String("source", r.target.Source), zap.String("route", r.target.Route), zap.Error(err))
-			f.release(r, granted, probe)
-			continue
+			c.failed = true
+		} else {
+			f.claimLog.OK("claims succeed again")
 		}
-		f.claimLog.OK("claims succeed again")
-		f.release(r, granted-len(claims), probe && len(claims) == 0)
-		switch {
-		case len(claims) < granted:
-			r.ask = false // the queue holds no more that are due
-		case granted < free:
-			f.hold(r, now, free-granted)
+		f.release(r, c.granted-len(c.claims), c.probe && len(c.claims) == 0)
+	}
+	f.fetched <- c
+}
+
+// start takes in what a claim brought back: it gives back the slots the
+// claim did not fill, says when the route asks again, and starts a job
+// for each entry claimed.
+func (f *Forwarder) start(c claimed) {
+	r := c.r
+	f.claims--
+	r.claiming = false
+	r.inflight -= c.asked - len(c.claims)
+	now := f.now()
+	switch {
+	case c.failed:
+		// The queue or the control is down: ask again at the next poll,
+		// not at every wake-up.
+		r.ask, r.wake = true, now.Add(f.PollInterval)
+	case c.granted == 0:
+		f.hold(r, now, c.asked)
+	case len(c.claims) < c.granted:
+		// The queue held no more that were due when the claim ran;
+		// unless asked again since, the route waits for a reason to ask.
+		if r.asks == c.asks {
+			r.ask = false
 		}
-		r.probing = probe && len(claims) > 0 // a probe is a grant of one send
-		j := job{probe: r.probing}
-		for _, c := range claims {
-			r.inflight++
-			f.jobs++
-			f.wg.Add(1)
-			go f.work(r, c, j)
-		}
+	case c.granted < c.asked:
+		f.hold(r, now, c.asked-c.granted)
+	default:
+		r.ask = true // it took all it asked for: more may be due
+	}
+	if c.probe && len(c.claims) > 0 {
+		r.probing = true // a probe is a grant of one send
+	}
+	j := job{probe: c.probe && len(c.claims) > 0}
+	for _, cl := range c.claims {
+		f.jobs++
+		f.wg.Add(1)
+		go f.work(r, cl, j)
 	}
 }
 
