@@ -11,11 +11,12 @@ import (
 )
 
 // adviseRandom advises MADV_RANDOM for every mapping of a memtable log
-// (dir/*.mem) that is not in advised, and returns the log mappings there are
-// now, advised.
+// (dir/*.mem) or value-log file (dir/*.vlog) that is not in advised, and
+// returns the log mappings there are now, advised.
 //
-// Why: Badger appends each commit to its memtable log through a shared
-// mapping of the file and msyncs the mapping. Linux fills a mapping that is
+// Why: Badger appends each commit to its memtable log, and the commit's
+// bodies to its value log, through shared mappings of the files and
+// msyncs them. Linux fills a mapping that is
 // touched in order through readahead, which grows as it goes and, on
 // filesystems that cache files in large folios (XFS, and ext4 on recent
 // kernels: seen on 6.18), caches the file in folios of up to 2 MiB. A
@@ -44,11 +45,12 @@ func adviseRandom(dir string, advised map[string]bool) (map[string]bool, error) 
 	return now, nil
 }
 
-// logPath returns the path of the memtable log in dir that a line of
-// /proc/self/maps (start-end perms offset dev inode path) maps, or "".
+// logPath returns the path of the memtable log or value-log file in dir
+// that a line of /proc/self/maps (start-end perms offset dev inode path)
+// maps, or "".
 func logPath(line, dir string) string {
 	slash := strings.IndexByte(line, '/') // only the path has one
-	if slash < 0 || !strings.HasSuffix(line, ".mem") || filepath.Dir(line[slash:]) != dir {
+	if slash < 0 || !strings.HasSuffix(line, ".mem") && !strings.HasSuffix(line, ".vlog") || filepath.Dir(line[slash:]) != dir {
 		return ""
 	}
 	return line[slash:]

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -79,6 +80,7 @@ type Store struct {
 	space   space
 
 	memTableSize int64                   // Badger's default when 0; tests shrink it to force batch splits
+	vlogFileSize int64                   // vlogFileSize when 0; tests shrink it so that a few payloads fill a file
 	commitTxn    func(*badger.Txn) error // Txn.Commit; tests make it fail as a disk does
 	// vlogSyncErr is a failed sync of the value log during the last
 	// commit, which Badger only logs: see badgerLogger.
@@ -144,6 +146,19 @@ func (s *Store) Open() error {
 	return nil
 }
 
+// valueThreshold is the size from which Badger keeps a value in its value
+// log rather than in its LSM tree. Bodies, the store's large values, are
+// then written once and not moved again by compactions, which would
+// otherwise rewrite a backlog's bodies level after level, stalling
+// commits behind them and holding their bytes in memory while they build
+// tables.
+const valueThreshold = 1 << 10
+
+// vlogFileSize is the size of a value-log file. Value-log GC never
+// rewrites the file being written, so smaller files give an expired
+// payload's space back sooner, at a rewrite of at most 64 MiB.
+const vlogFileSize = 64 << 20
+
 // badgerOptions returns the options the store opens Badger with.
 func (s *Store) badgerOptions() badger.Options {
 	opts := badger.DefaultOptions(s.Path).
@@ -156,15 +171,16 @@ func (s *Store) badgerOptions() badger.Options {
 		// commit stalls on the bench without compacting faster. Badger
 		// needs two at least and defaults to four.
 		WithNumCompactors(max(2, min(4, runtime.GOMAXPROCS(0)))).
-		// Value-log GC never rewrites the file being written: smaller files
-		// let large payloads give their space back without 1 GiB of traffic.
-		WithValueLogFileSize(64 << 20).
+		// Values of valueThreshold bytes or more, the bodies, go to the
+		// value log; the LSM tree keeps their keys and pointers.
+		WithValueThreshold(valueThreshold).
+		WithValueLogFileSize(cmp.Or(s.vlogFileSize, vlogFileSize)).
 		WithLogger(badgerLogger{SugaredLogger: s.Logger.Sugar(), vlogSyncErr: &s.vlogSyncErr})
 	memTable, multiplier := tableSizes(s.MemoryLimit)
 	opts = opts.WithMemTableSize(memTable)
 	opts.TableSizeMultiplier = multiplier // no With method for it
 	if s.memTableSize > 0 {
-		opts = opts.WithMemTableSize(s.memTableSize).WithValueThreshold(s.memTableSize / 16)
+		opts = opts.WithMemTableSize(s.memTableSize)
 	}
 	if s.MemoryLimit > 0 {
 		s.Logger.Info("badger sized from the soft memory limit", zap.Int64("memory_limit_bytes", s.MemoryLimit),
@@ -417,11 +433,13 @@ func (s *Store) collectGarbage() {
 // them (once a minute). Allocated is the disk the store takes.
 func (s *Store) Sizes() (lsm, vlog int64) { return s.db.Size() }
 
-// RunGC rewrites value-log files until none is worth rewriting. Value-log GC
-// reclaims only values at or above Badger's value threshold (1 MiB), such as
-// payload copies of large bodies; smaller expired receipts, payload copies
-// and delivered outbox entries are dropped by LSM compaction, which follows
-// writes.
+// RunGC rewrites value-log files until none is worth rewriting: a file is
+// rewritten once half of it is values whose keys are gone, deleted or
+// expired. Badger learns which are gone when a compaction drops their keys,
+// and compactions follow writes, so an expired payload gives its space back
+// after the writes that follow its expiry, and never while it is in the
+// file being written. Values below the value threshold (receipts, outbox
+// entries, small bodies) are dropped by the compactions themselves.
 func (s *Store) RunGC() {
 	for s.db.RunValueLogGC(0.5) == nil {
 	}
@@ -601,8 +619,8 @@ func unavailable(err error) error {
 // badgerLogger sends Badger's logs to zap. Badger's info lines describe its
 // housekeeping, so they go out at debug level.
 //
-// Badger writes a value of 1 MiB or more to its value log, not to the
-// memtable's log, and when syncing the value log fails it logs the error
+// Badger writes a value of valueThreshold bytes or more (a body) to its
+// value log, not to the memtable's log, and when syncing the value log fails it logs the error
 // and commits all the same: the commit's receipt would then point at a
 // payload a crash can lose. The logger hands that error to the commit,
 // which Badger has not yet returned, so the batch fails as any failed sync
