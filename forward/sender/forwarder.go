@@ -134,9 +134,9 @@ type Forwarder struct {
 	conns     conns // closed to abort requests in flight
 	tlsConfig *tls.Config
 	wg        sync.WaitGroup
-	// While the queue is down, every wake-up of every route fails a claim,
-	// every poll a depth read, and every job in flight a settle each
-	// second: each kind is logged as a run (ratelog). The route states
+	// While the queue is down, every route fails a claim and the
+	// forwarder a depth read at every poll, and every job in flight a
+	// settle each second: each kind is logged as a run (ratelog). The route states
 	// are read on every poll, and reported after attempts.
 	claimLog, depthLog, settleLog, stateLog, reportLog *ratelog.Failures
 }
