@@ -503,10 +503,8 @@ func (f *Forwarder) start(c claimed) {
 	default:
 		r.ask = true // it took all it asked for: more may be due
 	}
-	if c.probe && len(c.claims) > 0 {
-		r.probing = true // a probe is a grant of one send
-	}
-	j := job{probe: c.probe && len(c.claims) > 0}
+	j := job{probe: c.probe && len(c.claims) > 0} // a probe is a grant of one send
+	r.probing = j.probe
 	for _, cl := range c.claims {
 		f.jobs++
 		f.wg.Add(1)
