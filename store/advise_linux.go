@@ -16,10 +16,10 @@ import (
 //
 // Why: Badger appends each commit to its memtable log, and the commit's
 // bodies to its value log, through shared mappings of the files and
-// msyncs them. Linux fills a mapping that is
-// touched in order through readahead, which grows as it goes and, on
-// filesystems that cache files in large folios (XFS, and ext4 on recent
-// kernels: seen on 6.18), caches the file in folios of up to 2 MiB. A
+// msyncs them. Linux fills a mapping that is touched in order through
+// readahead, which grows as it goes and, on filesystems that cache files
+// in large folios (XFS, and ext4 on recent kernels: seen on 6.18), caches
+// the file in folios of up to 2 MiB. A
 // commit then dirties a few bytes of a folio and the sync writes all of it:
 // Badger alone wrote 600 KB to 1 MB per synced commit of 26 KB. Without
 // readahead a fault caches one page, and a sync writes the pages the commit

@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,8 +48,7 @@ func openRawWriter(b *testing.B) *rawWriter {
 		// The store turns readahead off for Badger's logs (adviseLogs), so
 		// that a sync writes the pages a commit changed; the ceiling does
 		// too, or it would write whole folios the store does not.
-		advised := map[string]bool{}
-		var seen time.Time
+		advisor := newLogAdvisor(s.Path)
 		batch := make([]*rawOp, 0, DefaultMaxBatch)
 		for o := range w.ops {
 			batch = append(batch[:0], o)
@@ -67,11 +65,8 @@ func openRawWriter(b *testing.B) *rawWriter {
 				}
 			}
 			w.commit(batch)
-			if fi, err := os.Stat(s.Path); err == nil && !fi.ModTime().Equal(seen) {
-				seen = fi.ModTime()
-				if advised, err = adviseRandom(s.Path, advised); err != nil {
-					b.Error(err)
-				}
+			if err := advisor.advise(); err != nil {
+				b.Error(err)
 			}
 		}
 	}()
