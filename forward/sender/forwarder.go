@@ -121,7 +121,6 @@ type Forwarder struct {
 	jitter  func() float64
 
 	jobs      int      // jobs started and not yet finished; owned by run
-	claims    int      // claims started and not yet back; owned by run
 	due       dueTimes // retries this forwarder scheduled; owned by run
 	fetched   chan claimed
 	released  chan *route
@@ -136,8 +135,8 @@ type Forwarder struct {
 	wg        sync.WaitGroup
 	// While the queue is down, every route fails a claim and the
 	// forwarder a depth read at every poll, and every job in flight a
-	// settle each second: each kind is logged as a run (ratelog). The route states
-	// are read on every poll, and reported after attempts.
+	// settle each second: each kind is logged as a run (ratelog). The
+	// route states are read on every poll, and reported after attempts.
 	claimLog, depthLog, settleLog, stateLog, reportLog *ratelog.Failures
 }
 
@@ -267,6 +266,9 @@ type route struct {
 	dirty bool
 }
 
+// askAgain gives r a reason to ask the queue.
+func (r *route) askAgain() { r.ask, r.asks = true, r.asks+1 }
+
 // lease is how long this route's claims last.
 func (r *route) lease() time.Duration { return r.Timeout + leaseMargin }
 
@@ -280,7 +282,7 @@ func (f *Forwarder) run() {
 	stopping, discover := false, true
 	for {
 		if stopping {
-			if f.jobs == 0 && f.claims == 0 {
+			if f.idle() {
 				return
 			}
 		} else {
@@ -320,11 +322,23 @@ func (f *Forwarder) run() {
 	}
 }
 
+// idle says no job runs and no claim is out.
+func (f *Forwarder) idle() bool {
+	if f.jobs > 0 {
+		return false
+	}
+	for _, r := range f.routes {
+		if r.claiming {
+			return false
+		}
+	}
+	return true
+}
+
 // askAll marks every route as having entries to ask for.
 func (f *Forwarder) askAll() {
 	for _, r := range f.routes {
-		r.ask = true
-		r.asks++
+		r.askAgain()
 	}
 }
 
@@ -368,8 +382,8 @@ func (f *Forwarder) readStates() {
 func (f *Forwarder) learn(o outcome) {
 	r := o.r
 	if o.probe {
-		r.probing, r.ask, r.wake = false, true, time.Time{}
-		r.asks++
+		r.probing, r.wake = false, time.Time{}
+		r.askAgain()
 	}
 	if o.state == nil {
 		return
@@ -381,13 +395,13 @@ func (f *Forwarder) learn(o outcome) {
 		f.Logger.Warn("route's circuit breaker is open: nothing is sent to it until open_until, then one probe",
 			zap.String("source", r.target.Source), zap.String("route", r.target.Route),
 			zap.Time("open_until", s.OpenUntil), zap.Int("opens", s.Opens))
-		r.ask, r.wake = true, s.OpenUntil
-		r.asks++
+		r.wake = s.OpenUntil
+		r.askAgain()
 	case !broken(*s) && broken(was):
 		f.Logger.Info("route's circuit breaker closed: sending again",
 			zap.String("source", r.target.Source), zap.String("route", r.target.Route))
-		r.ask, r.wake = true, time.Time{}
-		r.asks++
+		r.wake = time.Time{}
+		r.askAgain()
 	}
 }
 
@@ -428,7 +442,6 @@ func (f *Forwarder) claim() {
 		r.wake = time.Time{}
 		r.inflight += free
 		r.claiming = true
-		f.claims++
 		f.wg.Add(1)
 		go f.fetch(r, free, r.asks)
 	}
@@ -481,7 +494,6 @@ func (f *Forwarder) fetch(r *route, n int, asks uint64) {
 // for each entry claimed.
 func (f *Forwarder) start(c claimed) {
 	r := c.r
-	f.claims--
 	r.claiming = false
 	r.inflight -= c.asked - len(c.claims)
 	now := f.now()
