@@ -173,7 +173,8 @@ func TestCountsExactAcrossReplicas(t *testing.T) {
 
 // TestVacuumsWhereAutovacuumDoesNot turns autovacuum off for the outbox
 // and the counts: a fold vacuums the counts, and the outbox is vacuumed
-// by one replica at a time, the one holding the lock.
+// by one replica at a time, on a connection of its own with no statement
+// timeout, leaving the pool's connections theirs.
 func TestVacuumsWhereAutovacuumDoesNot(t *testing.T) {
 	dsn := pgtest.SchemaDSN(t, t.Name())
 	s := openFolding(t, dsn, time.Hour)
@@ -182,10 +183,8 @@ func TestVacuumsWhereAutovacuumDoesNot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// One connection, so that the vacuum's is the one the check of its
-	// statement timeout below gets.
 	s = New(dsn)
-	s.Logger, s.FoldInterval, s.PoolSize = zaptest.NewLogger(t), time.Hour, 1
+	s.Logger, s.FoldInterval = zaptest.NewLogger(t), time.Hour
 	if err := s.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -206,31 +205,45 @@ func TestVacuumsWhereAutovacuumDoesNot(t *testing.T) {
 	if got := vacuums("webhookd_counts"); got != counts+1 {
 		t.Errorf("counts vacuumed %d times after a fold, want %d", got, counts+1)
 	}
+
+	// Another replica's VACUUM holds this lock on the outbox while it runs.
 	other, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close(ctx)
-	var locked bool
-	if err := other.QueryRow(ctx, lockOutboxVacuum).Scan(&locked); err != nil || !locked {
-		t.Fatalf("lock: %v, %v", locked, err)
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE webhookd_outbox IN SHARE UPDATE EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
 	}
 	outbox := vacuums("webhookd_outbox")
 	if did, err := s.vacuumOutboxAlone(ctx); err != nil || did {
-		t.Errorf("vacuumed while another held the lock: %v, %v", did, err)
+		t.Errorf("vacuumed while another vacuum ran: %v, %v", did, err)
 	}
-	if _, err := other.Exec(ctx, unlockOutboxVacuum); err != nil {
+	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if did, err := s.vacuumOutboxAlone(ctx); err != nil || !did {
-		t.Errorf("did not vacuum with the lock free: %v, %v", did, err)
+		t.Errorf("did not vacuum with the outbox free: %v, %v", did, err)
 	}
 	if got := vacuums("webhookd_outbox"); got != outbox+1 {
 		t.Errorf("outbox vacuumed %d times, want %d", got, outbox+1)
 	}
+
+	conn, err := s.vacuumConn(ctx, new(bool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
 	var timeout string
-	if err := s.pool.QueryRow(ctx, `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout == "0" {
-		t.Errorf("statement_timeout %q after the outbox's vacuum, %v: the pool's connections keep theirs", timeout, err)
+	if err := conn.QueryRow(ctx, `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout != "0" {
+		t.Errorf("statement_timeout %q on the vacuum's connection, %v; want 0", timeout, err)
+	}
+	if err := s.pool.QueryRow(ctx, `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout != "5s" {
+		t.Errorf("statement_timeout %q on the pool's connections, %v; want 5s", timeout, err)
 	}
 }
 

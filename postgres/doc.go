@@ -4,12 +4,10 @@
 // forwarding order, nothing acknowledged lost) across processes, with the
 // same pure rules (dedupe.Decide, forward.Apply and the repair checks), and
 // no session state a pooler in transaction mode would lose: no LISTEN/NOTIFY,
-// settings only for one transaction (SET LOCAL, or set_config's local
-// form). The exception is the outbox VACUUM webhookd runs itself where
-// autovacuum leaves the outbox alone (vacuum.go): it holds a session
-// advisory lock and lifts the statement timeout on one connection around
-// the VACUUM. Behind a pooler in transaction mode, leave the outbox and
-// its count rows to autovacuum; webhookd then vacuums neither.
+// no advisory locks, settings only for one transaction (SET LOCAL, or
+// set_config's local form). The outbox VACUUM webhookd runs itself where
+// autovacuum leaves the outbox alone (vacuum.go) opens a connection of its
+// own with no statement timeout, outside the pool, and closes it after.
 //
 // It is a package of its own, named after its engine, beside the Badger
 // store (package store) rather than under it: neither backend imports the

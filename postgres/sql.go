@@ -328,8 +328,8 @@ const (
 // that it rewrites all the time (vacuum.go). VACUUM takes no parameters
 // and runs outside a transaction.
 const (
-	// vacuumCounts: SKIP_LOCKED leaves the table to a VACUUM another
-	// replica runs right now.
+	// SKIP_LOCKED leaves the table to a VACUUM another replica runs right
+	// now.
 	vacuumCounts = `VACUUM (SKIP_LOCKED) webhookd_counts`
 	vacuumOutbox = `VACUUM (SKIP_LOCKED) webhookd_outbox`
 
@@ -347,15 +347,4 @@ const (
 	// with autovacuum off.
 	outboxDead = `SELECT n_dead_tup >= $1 + $2 * n_live_tup FROM pg_stat_user_tables
 	WHERE relid = to_regclass('webhookd_outbox')`
-
-	// lockOutboxVacuum and unlockOutboxVacuum take and give back the
-	// session lock that lets one replica at a time vacuum the outbox of
-	// this schema.
-	// noStatementTimeout and resetStatementTimeout lift the connection's
-	// statement timeout for the outbox's VACUUM, and restore it.
-	noStatementTimeout    = `SET statement_timeout = 0`
-	resetStatementTimeout = `RESET statement_timeout`
-
-	lockOutboxVacuum   = `SELECT pg_try_advisory_lock(hashtextextended('webhookd vacuum ' || to_regclass('webhookd_outbox')::oid, 0))`
-	unlockOutboxVacuum = `SELECT pg_advisory_unlock(hashtextextended('webhookd vacuum ' || to_regclass('webhookd_outbox')::oid, 0))`
 )

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
 
@@ -91,10 +92,8 @@ func (s *Store) vacuumCountsAfterFold(ctx context.Context) error {
 }
 
 // vacuumOutbox vacuums the outbox, every VacuumInterval, once it holds
-// enough dead rows, one replica at a time: the first to take the
-// session lock vacuums, the others pass until the next interval. Its
-// statement has no timeout: a VACUUM cancelled midway starts over at
-// the next, so one too large for the timeout would never finish.
+// enough dead rows, one replica at a time: a replica whose VACUUM finds
+// another's running skips the outbox until the next interval.
 func (s *Store) vacuumOutbox() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -121,34 +120,34 @@ func (s *Store) tryVacuumOutbox(ctx context.Context) error {
 	return err
 }
 
-// vacuumOutboxAlone vacuums the outbox unless another replica holds the
-// lock, and says whether it did.
+// vacuumOutboxAlone vacuums the outbox unless another VACUUM of it runs
+// now, and says whether it did.
 func (s *Store) vacuumOutboxAlone(ctx context.Context) (bool, error) {
-	conn, err := s.pool.Acquire(ctx)
+	var skipped bool
+	conn, err := s.vacuumConn(ctx, &skipped)
 	if err != nil {
 		return false, err
 	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, lockOutboxVacuum).Scan(&locked); err != nil || !locked {
-		return false, err
-	}
-	// A connection whose unlock or reset failed holds the lock or the
-	// setting: it is closed rather than given back to the pool.
-	release := func(sql string) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.StatementTimeout)
-		defer cancel()
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			conn.Conn().Close(ctx)
-		}
-	}
-	defer release(unlockOutboxVacuum)
-	if _, err := conn.Exec(ctx, noStatementTimeout); err != nil {
-		return false, err
-	}
-	defer release(resetStatementTimeout)
+	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, vacuumOutbox); err != nil {
 		return false, err
 	}
-	return true, nil
+	return !skipped, nil
+}
+
+// vacuumConn opens a connection for one VACUUM, outside the pool and with
+// no statement timeout: a VACUUM cancelled midway starts over at the
+// next, so one too large for the timeout would never finish. Lifting the
+// timeout with SET on a pooled connection would outlive the VACUUM, and
+// behind a pooler in transaction mode would stay with a server connection
+// other clients are given. skipped is set when SKIP_LOCKED skips a table,
+// which it says with a warning (lock_not_available) as the statement
+// succeeds.
+func (s *Store) vacuumConn(ctx context.Context, skipped *bool) (*pgx.Conn, error) {
+	cfg := s.pool.Config().ConnConfig
+	cfg.RuntimeParams["statement_timeout"] = "0"
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		*skipped = *skipped || n.Code == "55P03"
+	}
+	return pgx.ConnectConfig(ctx, cfg)
 }
