@@ -5,7 +5,9 @@
 // same pure rules (dedupe.Decide, forward.Apply and the repair checks), and
 // no session state a pooler in transaction mode would lose: no LISTEN/NOTIFY,
 // no advisory locks, settings only for one transaction (SET LOCAL, or
-// set_config's local form). The outbox VACUUM webhookd runs itself where
+// set_config's local form). The claim is a prepared statement on each
+// connection: such a pooler needs to carry prepared statements (PgBouncer's
+// max_prepared_statements). The outbox VACUUM webhookd runs itself where
 // autovacuum leaves the outbox alone (vacuum.go) opens a connection of its
 // own with no statement timeout, outside the pool, and closes it after.
 //

@@ -137,6 +137,9 @@ const (
 		o.resource <> '' AND EXISTS (SELECT 1 FROM webhookd_outbox n
 			WHERE n.source = o.source AND n.route = o.route AND n.resource = o.resource AND n.seq > o.seq)`
 
+	// claimStatement names claim prepared on a connection (leaseHeads).
+	claimStatement = "webhookd_claim"
+
 	// forceGenericPlans plans the rest of its transaction's statements
 	// without their parameters' values (see leaseHeads). It is set_config
 	// rather than SET LOCAL, which warns in the server's log when its
