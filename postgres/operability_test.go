@@ -442,3 +442,37 @@ func TestPlansWithoutStatistics(t *testing.T) {
 		t.Errorf("statements prepared on the connection: %q, %v; want the claim's only", prepared, err)
 	}
 }
+
+// TestClaimsWriteNoIndexEntries claims entries from a full page of the
+// outbox: their new versions fit in the room the page keeps, so each
+// claim is a HOT update, which writes no index entry. Statistics reach
+// pg_stat_user_tables once the backend flushes them; the test waits for
+// the count of updates to arrive.
+func TestClaimsWriteNoIndexEntries(t *testing.T) {
+	s, _ := openLogged(t, pgtest.SchemaDSN(t, t.Name()), func(s *Store) { s.PoolSize = 1 })
+	if _, err := s.pool.Exec(ctx, backlog, 1000); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.Claim(ctx, "owner", forward.Target{Source: "billing", Route: "default"}, 8, time.Minute)
+	if err != nil || len(claims) != 8 {
+		t.Fatalf("%d claims, %v", len(claims), err)
+	}
+	for range 100 {
+		var updates, hot int64
+		if _, err := s.pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+			WHERE relid = to_regclass('webhookd_outbox')`).Scan(&updates, &hot); err != nil {
+			t.Fatal(err)
+		}
+		if updates >= 8 {
+			if hot != updates {
+				t.Errorf("%d of the claims' %d updates were HOT; want all", hot, updates)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the claims' updates never reached pg_stat_user_tables")
+}

@@ -100,7 +100,11 @@ CREATE TABLE webhookd_outbox (
     -- checks. The due index holds heads only, so that a claim walks no
     -- entry waiting behind one, however many wait.
     head            boolean     NOT NULL DEFAULT true
-);
+-- A claim sets the lease columns only, which no index holds: the room a
+-- page keeps takes the new versions of its rows, so that a claim writes
+-- no index entry (a HOT update), and a VACUUM or the next read of the
+-- page gives the room back.
+) WITH (fillfactor = 70);
 CREATE INDEX webhookd_outbox_due ON webhookd_outbox (source, route, next_attempt_at, seq) WHERE head;
 CREATE INDEX webhookd_outbox_lane ON webhookd_outbox (source, route, resource, seq);
 
