@@ -17,7 +17,7 @@
 //	p<source>\x00<request_id>  payload: the entry of the first route enqueued, with the body every route's entry shares; expires with the receipt
 //	d<source>\x00<route>\x00<request_id>  dead letter with its body, until retried or discarded
 //	f<source>\x00<request_id>\x00<first_seen><route>  forward status of one route once settled
-//	t<first_seen><source>\x00<request_id>  index of receipts by time, empty, expires with its receipt
+//	t<first_seen><source>\x00<request_id>  index of receipts by time, empty, expires with its receipt or, if later, its payload
 //	s<source>\x00<first_seen><request_id>  index of a source's receipts by time, likewise
 //	c<source>\x00<route>      a paused route, until resumed
 //
@@ -29,6 +29,13 @@
 // their keys do not hold: a bulk page reads the metadata of every dead
 // letter of its target and keeps the first ones in memory. The routes'
 // breakers and rate budgets live in memory (control.go).
+//
+// Expired keys read as absent, and Expire deletes them: Badger would
+// otherwise keep them where no newer key overlaps their tables, as the
+// time-ordered indexes never do. It finds a receipt's keys from its index
+// key by time, which expires no earlier than its receipt or its payload:
+// a redelivery through the admin API, which keeps the payload a
+// receipt_ttl from then, writes the index keys again too.
 //
 // A body is written once, in the payload key, however many routes the
 // delivery has, as the outbox entries are rewritten at every retry. The

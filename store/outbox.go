@@ -488,12 +488,17 @@ func (t *tx) canResend(e *forward.Entry) error {
 
 // requeue puts e, with its body, at the end of the outbox of each of
 // routes as a fresh forward intent; its payload then lives for the
-// receipt TTL from now.
+// receipt TTL from now, and so do the index keys of its receipt (first
+// seen at e.CreatedAt), which Expire finds the payload from.
 func (t *tx) requeue(e forward.Entry, routes []string, ttl time.Duration) error {
 	e, status := forward.Requeue(e, t.now)
-	if err := t.enqueue(&e, routes, expiry(t.now, ttl)); err != nil {
+	expiresAt := expiry(t.now, ttl)
+	if err := t.enqueue(&e, routes, expiresAt); err != nil {
 		return err
 	}
+	pos := receiptPos{firstSeen: e.CreatedAt, source: e.Source, requestID: e.RequestID}
+	t.setRaw(byTimeKey(pos), nil, expiresAt)
+	t.setRaw(bySourceKey(pos), nil, expiresAt)
 	for _, route := range routes {
 		e.Route = route
 		if err := t.setForward(&e, status, ttl); err != nil {

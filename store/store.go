@@ -21,9 +21,10 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultReceiptTTL = 168 * time.Hour
-	DefaultGCInterval = 5 * time.Minute
-	DefaultMaxBatch   = 1024
+	DefaultReceiptTTL     = 168 * time.Hour
+	DefaultExpiryInterval = time.Minute
+	DefaultGCInterval     = 5 * time.Minute
+	DefaultMaxBatch       = 1024
 )
 
 // MaxBody is the largest body the store takes: Badger refuses values over
@@ -44,9 +45,12 @@ var _ storage.Backend = (*Store)(nil)
 type Store struct {
 	Path       string
 	ReceiptTTL time.Duration
-	GCInterval time.Duration
-	MaxBatch   int
-	Logger     *zap.Logger
+	// ExpiryInterval is how often the keys of expired receipts are
+	// deleted (Expire); GCInterval how often value-log GC runs (RunGC).
+	ExpiryInterval time.Duration
+	GCInterval     time.Duration
+	MaxBatch       int
+	Logger         *zap.Logger
 	// MemoryLimit is the soft limit of the process's heap in bytes (0:
 	// none). Badger's memtables and tables are sized from it (tableSizes).
 	MemoryLimit int64
@@ -79,6 +83,9 @@ type Store struct {
 	control control        // the routes' states
 	space   space
 
+	expiring   sync.Mutex // one Expire at a time
+	expireFrom []byte     // the index key the next Expire reads from; guarded by expiring
+
 	memTableSize int64                   // Badger's default when 0; tests shrink it to force batch splits
 	vlogFileSize int64                   // vlogFileSize when 0; tests shrink it so that a few payloads fill a file
 	commitTxn    func(*badger.Txn) error // Txn.Commit; tests make it fail as a disk does
@@ -91,17 +98,18 @@ type Store struct {
 // Change the fields before Open.
 func New(path string) *Store {
 	return &Store{
-		Path:       path,
-		ReceiptTTL: DefaultReceiptTTL,
-		GCInterval: DefaultGCInterval,
-		MaxBatch:   DefaultMaxBatch,
-		Logger:     zap.NewNop(),
-		Now:        time.Now,
-		commitTxn:  (*badger.Txn).Commit,
-		closing:    make(chan struct{}),
-		failed:     make(chan struct{}),
-		notify:     make(chan struct{}, 1),
-		committed:  make(chan struct{}, 1),
+		Path:           path,
+		ReceiptTTL:     DefaultReceiptTTL,
+		ExpiryInterval: DefaultExpiryInterval,
+		GCInterval:     DefaultGCInterval,
+		MaxBatch:       DefaultMaxBatch,
+		Logger:         zap.NewNop(),
+		Now:            time.Now,
+		commitTxn:      (*badger.Txn).Commit,
+		closing:        make(chan struct{}),
+		failed:         make(chan struct{}),
+		notify:         make(chan struct{}, 1),
+		committed:      make(chan struct{}, 1),
 	}
 }
 
@@ -138,10 +146,11 @@ func (s *Store) Open() error {
 	}
 	s.latest = newLatestCache(latestCacheSize)
 	s.ops = make(chan *op, s.MaxBatch)
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go s.watchSpace()
 	go s.write()
-	go s.collectGarbage()
+	go s.every(s.ExpiryInterval, s.expire)
+	go s.every(s.GCInterval, s.RunGC)
 	go s.adviseLogs()
 	return nil
 }
@@ -414,16 +423,17 @@ func signal(c chan struct{}) {
 	}
 }
 
-func (s *Store) collectGarbage() {
+// every runs fn every d until the store closes.
+func (s *Store) every(d time.Duration, fn func()) {
 	defer s.wg.Done()
-	ticker := time.NewTicker(s.GCInterval)
+	ticker := time.NewTicker(d)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-s.closing:
 			return
 		case <-ticker.C:
-			s.RunGC()
+			fn()
 		}
 	}
 }

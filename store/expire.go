@@ -1,0 +1,191 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+)
+
+// expireBatch is how many expired receipts one read of the index collects
+// and one operation deletes the keys of.
+const expireBatch = 128
+
+// expire runs Expire, every ExpiryInterval.
+func (s *Store) expire() {
+	if err := s.Expire(); err != nil && !errors.Is(err, ErrClosed) {
+		s.Logger.Warn("delete expired receipts", zap.Error(err))
+	}
+}
+
+// Expire deletes the keys of the receipts whose receipt_ttl has passed:
+// the receipt, its two index keys, its forward statuses and its payload.
+// Reads treat them as absent already; this gives their space back.
+//
+// Badger drops an expired key only when a compaction rewrites the table
+// holding it, and compactions rewrite a table of the last level only where
+// newer tables overlap its keys. The index keys sort by time, so newer
+// keys never overlap the old ones, and request IDs that grow with time
+// (sequence numbers, ULIDs) put receipts and payloads in the same place:
+// once at the last level, their tables would stay for good. A deletion is
+// a newer key in their range, which compactions carry down to them.
+//
+// It walks the index of receipts by time from where the last pass left
+// off, up to the keys first seen a receipt_ttl ago: no later one can have
+// expired. A receipt whose TTL a redelivery extended is passed over and
+// walked again by the next pass.
+func (s *Store) Expire() error {
+	s.expiring.Lock()
+	defer s.expiring.Unlock()
+	now := s.Now()
+	from, rewalk := s.expireFrom, []byte(nil)
+	if from == nil {
+		from = []byte{prefixByTime}
+	}
+	for {
+		select {
+		case <-s.closing:
+			return nil
+		default:
+		}
+		var batch []expiredReceipt
+		var live, next []byte
+		err := s.view(func(txn *badger.Txn) error {
+			var err error
+			batch, live, next, err = expiredReceipts(txn, from, now.Add(-s.ReceiptTTL), now)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if rewalk == nil {
+			rewalk = live
+		}
+		if len(batch) > 0 {
+			if err := s.update(func(t *tx) error { return stageExpiry(t, batch) }); err != nil {
+				return err
+			}
+		}
+		if next == nil {
+			break
+		}
+		from = next
+	}
+	s.expireFrom = from
+	if rewalk != nil {
+		s.expireFrom = rewalk
+	}
+	return nil
+}
+
+// expiredReceipt is the keys of one expired receipt. index is its by-time
+// key, whose expiry decides: a redelivery rewrites it. The others are
+// deleted with it: source (the by-source key) and forward (its statuses)
+// as the receipt's own, and shared (its receipt and payload keys, which a
+// later receipt under the same request ID takes over) only while they are
+// expired too.
+type expiredReceipt struct {
+	index, source []byte
+	forward       [][]byte
+	shared        [][]byte
+}
+
+// expiredReceipts reads the index of receipts by time from the key from
+// and returns up to expireBatch expired receipts, the first key passed
+// over because its receipt still lives (nil if none), and the key to read
+// on from (nil once the keys first seen after horizon are reached).
+//
+// It iterates every version, as Badger's iterators otherwise skip expired
+// keys: the first version of a key is its newest. A key whose newest
+// version is a deletion was expired by an earlier pass.
+func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batch []expiredReceipt, live, next []byte, err error) {
+	it := txn.NewIterator(badger.IteratorOptions{AllVersions: true, Prefix: []byte{prefixByTime}})
+	defer it.Close()
+	keys := txn.NewIterator(badger.IteratorOptions{AllVersions: true})
+	defer keys.Close()
+	var last []byte
+	for it.Seek(from); it.Valid(); it.Next() {
+		item := it.Item()
+		if bytes.Equal(item.Key(), last) {
+			continue
+		}
+		last = item.KeyCopy(last)
+		pos, ok := indexPos(last)
+		if !ok {
+			continue
+		}
+		if pos.firstSeen.After(horizon) {
+			return batch, live, nil, nil
+		}
+		if len(batch) == expireBatch {
+			return batch, live, last, nil
+		}
+		switch exp := item.ExpiresAt(); {
+		case exp == 0: // a deletion
+		case exp > uint64(now.Unix()):
+			if live == nil {
+				live = bytes.Clone(last)
+			}
+		default:
+			r := expiredReceipt{index: bytes.Clone(last), source: bySourceKey(pos)}
+			r.forward = presentKeys(keys, forwardKey(pos.source, pos.requestID, pos.firstSeen, ""), true)
+			for _, k := range [][]byte{receiptKey(pos.source, pos.requestID), payloadKey(pos.source, pos.requestID)} {
+				r.shared = append(r.shared, presentKeys(keys, k, false)...)
+			}
+			batch = append(batch, r)
+		}
+	}
+	return batch, live, nil, nil
+}
+
+// presentKeys returns key, or with prefix true the keys key begins, whose
+// newest version is not a deletion: the keys a deletion would change.
+func presentKeys(it *badger.Iterator, key []byte, prefix bool) (found [][]byte) {
+	var last []byte
+	for it.Seek(key); it.Valid(); it.Next() {
+		item := it.Item()
+		k := item.Key()
+		if prefix && !bytes.HasPrefix(k, key) || !prefix && !bytes.Equal(k, key) {
+			break
+		}
+		if bytes.Equal(k, last) {
+			continue
+		}
+		last = item.KeyCopy(nil)
+		if item.ExpiresAt() != 0 {
+			found = append(found, last)
+		}
+	}
+	return found
+}
+
+// stageExpiry stages the deletion of each receipt of batch still expired:
+// a redelivery since the read rewrote its index key, and a decision under
+// its request ID since may have written a receipt or payload of its own.
+func stageExpiry(t *tx, batch []expiredReceipt) error {
+	for _, r := range batch {
+		if item, err := t.item(r.index); err != nil || item != nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		t.delete(r.index)
+		t.delete(r.source)
+		for _, k := range r.forward {
+			t.delete(k)
+		}
+		for _, k := range r.shared {
+			item, err := t.item(k)
+			if err != nil {
+				return err
+			}
+			if item == nil {
+				t.delete(k)
+			}
+		}
+	}
+	return nil
+}
