@@ -13,6 +13,10 @@ import (
 // and one operation deletes the keys of.
 const expireBatch = 128
 
+// expireRewind is how often a pass of Expire reads the index from its
+// beginning rather than from where the last pass left off.
+const expireRewind = time.Hour
+
 // expire runs Expire, every ExpiryInterval.
 func (s *Store) expire() {
 	if err := s.Expire(); err != nil && !errors.Is(err, ErrClosed) {
@@ -32,29 +36,33 @@ func (s *Store) expire() {
 // once at the last level, their tables would stay for good. A deletion is
 // a newer key in their range, which compactions carry down to them.
 //
-// It walks the index of receipts by time from where the last pass left
-// off, up to the keys first seen a receipt_ttl ago: no later one can have
-// expired. A receipt whose TTL a redelivery extended is passed over and
-// walked again by the next pass.
+// A pass reads the index of receipts by time up to the keys first seen a
+// receipt_ttl ago, no later one can have expired, from where the last
+// pass left off: the first receipt it passed over because a redelivery
+// extended it, or else where it stopped. At start and every expireRewind
+// it reads from the beginning instead, for index keys written behind
+// that point: retrying a dead letter whose receipt expired writes its
+// receipt's index keys again (requeue).
 func (s *Store) Expire() error {
 	s.expiring.Lock()
 	defer s.expiring.Unlock()
 	now := s.Now()
-	from, rewalk := s.expireFrom, []byte(nil)
-	if from == nil {
-		from = []byte{prefixByTime}
+	from := s.expireFrom
+	if from == nil || !now.Before(s.expireRewound.Add(expireRewind)) {
+		from, s.expireRewound = []byte{prefixByTime}, now
 	}
-	for {
+	var rewalk []byte
+	for more := true; more; {
 		select {
 		case <-s.closing:
 			return nil
 		default:
 		}
 		var batch []expiredReceipt
-		var live, next []byte
+		var live []byte
 		err := s.view(func(txn *badger.Txn) error {
 			var err error
-			batch, live, next, err = expiredReceipts(txn, from, now.Add(-s.ReceiptTTL), now)
+			batch, live, from, more, err = expiredReceipts(txn, from, now.Add(-s.ReceiptTTL), now)
 			return err
 		})
 		if err != nil {
@@ -68,10 +76,6 @@ func (s *Store) Expire() error {
 				return err
 			}
 		}
-		if next == nil {
-			break
-		}
-		from = next
 	}
 	s.expireFrom = from
 	if rewalk != nil {
@@ -94,13 +98,15 @@ type expiredReceipt struct {
 
 // expiredReceipts reads the index of receipts by time from the key from
 // and returns up to expireBatch expired receipts, the first key passed
-// over because its receipt still lives (nil if none), and the key to read
-// on from (nil once the keys first seen after horizon are reached).
+// over because its receipt still lives (nil if none), the key to read on
+// from, and whether there may be more to read before the keys first seen
+// after horizon.
 //
 // It iterates every version, as Badger's iterators otherwise skip expired
-// keys: the first version of a key is its newest. A key whose newest
-// version is a deletion was expired by an earlier pass.
-func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batch []expiredReceipt, live, next []byte, err error) {
+// keys: the first version of a key is its newest. Every key it deletes
+// has an expiry, so a version without one is a deletion, an earlier
+// pass's.
+func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batch []expiredReceipt, live, next []byte, more bool, err error) {
 	it := txn.NewIterator(badger.IteratorOptions{AllVersions: true, Prefix: []byte{prefixByTime}})
 	defer it.Close()
 	keys := txn.NewIterator(badger.IteratorOptions{AllVersions: true})
@@ -116,14 +122,11 @@ func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batc
 		if !ok {
 			continue
 		}
-		if pos.firstSeen.After(horizon) {
-			return batch, live, nil, nil
-		}
-		if len(batch) == expireBatch {
-			return batch, live, last, nil
+		if pos.firstSeen.After(horizon) || len(batch) == expireBatch {
+			return batch, live, last, len(batch) == expireBatch, nil
 		}
 		switch exp := item.ExpiresAt(); {
-		case exp == 0: // a deletion
+		case exp == 0:
 		case exp > uint64(now.Unix()):
 			if live == nil {
 				live = bytes.Clone(last)
@@ -137,7 +140,10 @@ func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batc
 			batch = append(batch, r)
 		}
 	}
-	return batch, live, nil, nil
+	if last == nil {
+		return batch, live, from, false, nil
+	}
+	return batch, live, append(last, 0), false, nil // the first key after last
 }
 
 // presentKeys returns key, or with prefix true the keys key begins, whose

@@ -194,3 +194,37 @@ func TestExpireReadsInBatches(t *testing.T) {
 		t.Fatalf("keys of the first and last receipts: %q", keys)
 	}
 }
+
+// TestExpireRereadsTheIndexHourly retries a dead letter whose receipt
+// expired and was deleted: the retry writes the receipt's index keys
+// again, behind where the passes have read to, with the payload it sends
+// from. The pass an hour on reads the index from its beginning and
+// deletes them once they expire.
+func TestExpireRereadsTheIndexHourly(t *testing.T) {
+	s, decideAt, at := clocked(t)
+	at(0.05)
+	decideAt(delivery("dead", "d-1", `{"n":1}`))
+	settle(t, s, outbox(t, s)[0], forward.Result{State: webhookd.ForwardDead, Attempts: 1, Status: 500, At: time.Now()})
+	at(2.1)
+	if err := s.Expire(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RetryDeadLetter(ctx, ledger, "dead"); err != nil {
+		t.Fatal(err)
+	}
+	retried := keysOf(t, s, "dead")["dead"]
+	if len(retried) != 4 {
+		t.Fatalf("keys after the retry: %q, want the payload, its forward status and two index keys", retried)
+	}
+	for _, sec := range []float64{4.1, 3603} {
+		at(sec)
+		if err := s.Expire(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range retried {
+		if state := newestVersion(t, s, k); state != "deleted" {
+			t.Errorf("key %q of the retried dead letter after the hourly pass: %s, want deleted", k, state)
+		}
+	}
+}

@@ -83,8 +83,12 @@ type Store struct {
 	control control        // the routes' states
 	space   space
 
-	expiring   sync.Mutex // one Expire at a time
-	expireFrom []byte     // the index key the next Expire reads from; guarded by expiring
+	// Guarded by expiring, which one Expire at a time holds: the index
+	// key the next pass reads from, and when a pass last read from the
+	// beginning.
+	expiring      sync.Mutex
+	expireFrom    []byte
+	expireRewound time.Time
 
 	memTableSize int64                   // Badger's default when 0; tests shrink it to force batch splits
 	vlogFileSize int64                   // vlogFileSize when 0; tests shrink it so that a few payloads fill a file
