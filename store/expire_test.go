@@ -55,20 +55,8 @@ func TestExpireDeletesTheKeysOfExpiredReceipts(t *testing.T) {
 	if err := s.Expire(); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"delivered", "unrouted"} {
-		for _, k := range first[id] {
-			if state := newestVersion(t, s, k); state != "deleted" {
-				t.Errorf("%s's key %q after Expire: %s, want deleted", id, k, state)
-			}
-		}
-	}
-	for _, id := range []string{"redelivered", "requeued"} {
-		for _, k := range first[id] {
-			if state := newestVersion(t, s, k); state != "present" {
-				t.Errorf("%s's key %q after Expire: %s, want present", id, k, state)
-			}
-		}
-	}
+	expectKeys(t, s, first, "deleted", "after Expire", "delivered", "unrouted")
+	expectKeys(t, s, first, "present", "after Expire", "redelivered", "requeued")
 	if _, err := s.Receipt(ctx, "billing", "requeued"); webhookd.ErrorCode(err) != webhookd.ENOTFOUND {
 		t.Errorf("receipt of requeued past its TTL: %v, want not found", err)
 	}
@@ -93,13 +81,7 @@ func TestExpireDeletesTheKeysOfExpiredReceipts(t *testing.T) {
 	if err := s.Expire(); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"redelivered", "requeued"} {
-		for _, k := range first[id] {
-			if state := newestVersion(t, s, k); state != "deleted" {
-				t.Errorf("%s's key %q once it expired: %s, want deleted", id, k, state)
-			}
-		}
-	}
+	expectKeys(t, s, first, "deleted", "once it expired", "redelivered", "requeued")
 }
 
 // keysOf returns the keys of each of requestIDs' receipts: the receipt,
@@ -131,6 +113,18 @@ func keysOf(t *testing.T, s *Store, requestIDs ...string) map[string][][]byte {
 		t.Fatal(err)
 	}
 	return keys
+}
+
+// expectKeys checks that the newest version of each key of ids is want.
+func expectKeys(t *testing.T, s *Store, keys map[string][][]byte, want, when string, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		for _, k := range keys[id] {
+			if state := newestVersion(t, s, k); state != want {
+				t.Errorf("%s's key %q %s: %s, want %s", id, k, when, state, want)
+			}
+		}
+	}
 }
 
 // newestVersion says what the newest version of key is: "present",
@@ -179,20 +173,14 @@ func TestExpireReadsInBatches(t *testing.T) {
 		decideAt(d)
 	}
 	keys := keysOf(t, s, "req-0", fmt.Sprint("req-", n-1))
+	if len(keys) != 2 {
+		t.Fatalf("keys of the first and last receipts: %q", keys)
+	}
 	at(2.1)
 	if err := s.Expire(); err != nil {
 		t.Fatal(err)
 	}
-	for id, ks := range keys {
-		for _, k := range ks {
-			if state := newestVersion(t, s, k); state != "deleted" {
-				t.Errorf("%s's key %q after Expire: %s, want deleted", id, k, state)
-			}
-		}
-	}
-	if len(keys) != 2 {
-		t.Fatalf("keys of the first and last receipts: %q", keys)
-	}
+	expectKeys(t, s, keys, "deleted", "after Expire", "req-0", fmt.Sprint("req-", n-1))
 }
 
 // TestExpireRereadsTheIndexHourly retries a dead letter whose receipt
@@ -212,9 +200,9 @@ func TestExpireRereadsTheIndexHourly(t *testing.T) {
 	if err := s.RetryDeadLetter(ctx, ledger, "dead"); err != nil {
 		t.Fatal(err)
 	}
-	retried := keysOf(t, s, "dead")["dead"]
-	if len(retried) != 4 {
-		t.Fatalf("keys after the retry: %q, want the payload, its forward status and two index keys", retried)
+	retried := keysOf(t, s, "dead")
+	if len(retried["dead"]) != 4 {
+		t.Fatalf("keys after the retry: %q, want the payload, its forward status and two index keys", retried["dead"])
 	}
 	for _, sec := range []float64{4.1, 3603} {
 		at(sec)
@@ -222,9 +210,5 @@ func TestExpireRereadsTheIndexHourly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, k := range retried {
-		if state := newestVersion(t, s, k); state != "deleted" {
-			t.Errorf("key %q of the retried dead letter after the hourly pass: %s, want deleted", k, state)
-		}
-	}
+	expectKeys(t, s, retried, "deleted", "after the hourly pass", "dead")
 }
