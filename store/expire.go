@@ -37,7 +37,7 @@ func (s *Store) expire() {
 // a newer key in their range, which compactions carry down to them.
 //
 // A pass reads the index of receipts by time up to the keys first seen a
-// receipt_ttl ago, no later one can have expired, from where the last
+// receipt_ttl ago (no later one can have expired), from where the last
 // pass left off: the first receipt it passed over because a redelivery
 // extended it, or else where it stopped. At start and every expireRewind
 // it reads from the beginning instead, for index keys written behind
@@ -61,9 +61,8 @@ func (s *Store) Expire() error {
 		var batch []expiredReceipt
 		var live []byte
 		err := s.view(func(txn *badger.Txn) error {
-			var err error
-			batch, live, from, more, err = expiredReceipts(txn, from, now.Add(-s.ReceiptTTL), now)
-			return err
+			batch, live, from, more = expiredReceipts(txn, from, now.Add(-s.ReceiptTTL), now)
+			return nil
 		})
 		if err != nil {
 			return err
@@ -106,7 +105,7 @@ type expiredReceipt struct {
 // keys: the first version of a key is its newest. Every key it deletes
 // has an expiry, so a version without one is a deletion, an earlier
 // pass's.
-func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batch []expiredReceipt, live, next []byte, more bool, err error) {
+func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batch []expiredReceipt, live, next []byte, more bool) {
 	it := txn.NewIterator(badger.IteratorOptions{AllVersions: true, Prefix: []byte{prefixByTime}})
 	defer it.Close()
 	keys := txn.NewIterator(badger.IteratorOptions{AllVersions: true})
@@ -123,7 +122,7 @@ func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batc
 			continue
 		}
 		if pos.firstSeen.After(horizon) || len(batch) == expireBatch {
-			return batch, live, last, len(batch) == expireBatch, nil
+			return batch, live, last, len(batch) == expireBatch
 		}
 		switch exp := item.ExpiresAt(); {
 		case exp == 0:
@@ -141,9 +140,9 @@ func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batc
 		}
 	}
 	if last == nil {
-		return batch, live, from, false, nil
+		return batch, live, from, false
 	}
-	return batch, live, append(last, 0), false, nil // the first key after last
+	return batch, live, append(last, 0), false // the first key after last
 }
 
 // presentKeys returns key, or with prefix true the keys key begins, whose
@@ -172,10 +171,11 @@ func presentKeys(it *badger.Iterator, key []byte, prefix bool) (found [][]byte) 
 // its request ID since may have written a receipt or payload of its own.
 func stageExpiry(t *tx, batch []expiredReceipt) error {
 	for _, r := range batch {
-		if item, err := t.item(r.index); err != nil || item != nil {
-			if err != nil {
-				return err
-			}
+		item, err := t.item(r.index)
+		if err != nil {
+			return err
+		}
+		if item != nil {
 			continue
 		}
 		t.delete(r.index)
