@@ -48,7 +48,8 @@ func (s *Store) Expire() error {
 	defer s.expiring.Unlock()
 	now := s.Now()
 	from := s.expireFrom
-	if from == nil || !now.Before(s.expireRewound.Add(expireRewind)) {
+	// expireRewound is zero until the first pass, which starts here too.
+	if !now.Before(s.expireRewound.Add(expireRewind)) {
 		from, s.expireRewound = []byte{prefixByTime}, now
 	}
 	var rewalk []byte
