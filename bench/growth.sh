@@ -2,7 +2,7 @@
 # bench/growth.sh: intake as the tables grow (docs/performance.md, "Intake as the tables grow").
 #
 #   bench/growth.sh [-n RECEIPTS] [-i SECONDS] [--postgres DSN | --badger]
-#                   [--ttl SECONDS] [--autovacuum on|off]
+#                   [--ttl SECONDS] [--autovacuum on|off] [--random-ids]
 #                   [--max-minutes M] [--workdir DIR]
 #
 # Builds webhookd into a work directory and runs one replica on a fresh
@@ -23,7 +23,9 @@
 # last and range over the intervals after two TTLs: a plateau, or growth.
 # --autovacuum sets the cluster's autovacuum (ALTER SYSTEM,
 # pg_reload_conf()) for the run and restores it on exit, even on Ctrl-C;
-# without it, the cluster's settings are used as they are. Everything it
+# without it, the cluster's settings are used as they are. --random-ids
+# sends request IDs that begin with random hex digits, as UUIDs do, in
+# place of IDs that sort close to the ones before them. Everything it
 # starts is stopped by PID on exit. --max-minutes (60) bounds the run.
 # BENCH_POSTGRES is --postgres's default; BENCH_GROWTH_PORT (18480) the
 # first of the two ports it uses (webhookd, its admin API), BENCH_GROWTH_DB
@@ -38,6 +40,7 @@ MAX_MINUTES=60
 WORK=
 TTL=
 AUTOVACUUM=
+MODE=accept
 THREADS=2
 CONNS=64
 while [ $# -gt 0 ]; do
@@ -48,9 +51,10 @@ while [ $# -gt 0 ]; do
 	--badger) BADGER=1; shift ;;
 	--ttl) TTL=$2; shift 2 ;;
 	--autovacuum) AUTOVACUUM=$2; shift 2 ;;
+	--random-ids) MODE=random; shift ;;
 	--max-minutes) MAX_MINUTES=$2; shift 2 ;;
 	--workdir) WORK=$2; shift 2 ;;
-	-h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,32p' "$0"; exit 0 ;;
 	*) echo "growth.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -180,7 +184,7 @@ else
 	say "postgres: $(psql -tAc 'SELECT version()' "$PG_DSN" | cut -d, -f1); autovacuum $(psql -tAc 'SHOW autovacuum' "$PG_DSN")${AV_NOTE:-}"
 fi
 say "machine: $(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); work dir $WORK; webhookd pid $HOOKD_PID"
-say "target: $TARGET receipts, then one more minute; ${INTERVAL} s intervals of wrk -t$THREADS -c$CONNS --timeout 30s; receipt_ttl ${TTL:-604800} s"
+say "target: $TARGET receipts, then one more minute; ${INTERVAL} s intervals of wrk -t$THREADS -c$CONNS --timeout 30s; receipt_ttl ${TTL:-604800} s; request IDs: $MODE"
 echo
 say "t s | receipts | accepted/s | wrk p99 ms | non-2xx | CPU ms/1k webhookd | CPU ms/1k PostgreSQL backends | load avg | RSS MiB | $size_header"
 
@@ -192,7 +196,7 @@ while :; do
 	# A prefix per interval: wrk numbers requests from 1 on each run.
 	# In the background: a signal then stops the run at once, not at the
 	# interval's end.
-	wrk -t"$THREADS" -c"$CONNS" -d"${INTERVAL}s" --timeout 30s --latency -s bench/webhook.lua "$URL" -- accept "g$chunk" >"$WORK/wrk-$chunk.txt" &
+	wrk -t"$THREADS" -c"$CONNS" -d"${INTERVAL}s" --timeout 30s --latency -s bench/webhook.lua "$URL" -- "$MODE" "g$chunk" >"$WORK/wrk-$chunk.txt" &
 	WRK_PID=$! PIDS+=("$WRK_PID")
 	wait "$WRK_PID"
 	PIDS=("$HOOKD_PID")

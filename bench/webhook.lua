@@ -21,11 +21,14 @@
 --            makes the request IDs b-K-<thread>-<n> and the versions
 --            K * 1e9 + n: the same 1000 resources per thread in every run,
 --            their versions growing from one run to the next
+--   random   like accept, with request IDs that begin with 16 random hex
+--            digits, <hex>-<thread>-<n>, as a provider's UUIDs would: in
+--            no order, where accept's IDs sort close to the ones before
 --   ceiling  the accept body shape, for the bare Fiber endpoint
 --
--- accept takes an optional second argument, a prefix for its request IDs
--- and resources, so that several wrk processes (one per replica) send
--- different ones.
+-- accept and random take an optional second argument, a prefix for their
+-- request IDs and resources, so that several wrk processes (one per
+-- replica, or one per interval of bench/growth.sh) send different ones.
 --
 -- wrk calls request() once on the first thread before the run, to check it,
 -- and sends nothing for it: thread 1's first ID of each phase (a-1-1,
@@ -56,7 +59,7 @@ local headers = { ["Content-Type"] = "application/json" }
 
 function init(args)
    mode = args[1] or "accept"
-   if mode == "accept" and args[2] then prefix = args[2] .. "-" end
+   if (mode == "accept" or mode == "random") and args[2] then prefix = args[2] .. "-" end
    if mode == "backlog" and args[2] then
       run, base = args[2] .. "-", tonumber(args[2]) * 1000000000
    end
@@ -90,6 +93,9 @@ function request()
    local b
    if mode == "accept" or mode == "ceiling" then
       b = body(n, string.format("a-%s%d-%d", prefix, tid, n), "2026-01-01T00:00:00Z", string.format("r-%s%d-%d", prefix, tid, n % 1000), n)
+   elseif mode == "random" then
+      local id = string.format("%08x%08x-%s%d-%d", math.random(0, 0x7fffffff), math.random(0, 0x7fffffff), prefix, tid, n)
+      b = body(n, id, "2026-01-01T00:00:00Z", string.format("r-%s%d-%d", prefix, tid, n % 1000), n)
    elseif mode == "backlog" then
       b = body(n, string.format("b-%s%d-%d", run, tid, n), "2026-01-01T00:15:00Z", string.format("q-%d-%d", tid, n % 1000), base + n)
    elseif mode == "dup" then
