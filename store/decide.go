@@ -79,9 +79,7 @@ func (s *Store) stageDecision(t *tx, d *webhookd.Delivery) (webhookd.Outcome, er
 	}
 	if p.Enqueue {
 		e := forward.NewEntry(d, "")
-		if err := t.enqueue(&e, d.Routes, expiresAt); err != nil {
-			return webhookd.Outcome{}, err
-		}
+		t.enqueue(&e, d.Routes, expiresAt)
 	}
 	return p.Outcome, nil
 }

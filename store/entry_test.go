@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/json"
 	"reflect"
 	"testing"
 	"time"
@@ -10,16 +9,15 @@ import (
 	"github.com/webhookd/webhookd/forward"
 )
 
-// FuzzEncode checks the hand-written metadata against encoding/json, byte
-// for byte and error for error: Decode reads it with encoding/json, and
-// entries written by either must read back the same.
-func FuzzEncode(f *testing.F) {
+// FuzzEntryEncoding checks that every entry reads back as it was written,
+// whole, its body alone and its target alone.
+func FuzzEntryEncoding(f *testing.F) {
 	f.Add("billing", "ledger", "req-1", "sub_1", "10", "application/json", "X-Tenant", "t-1", "busy",
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", int64(1796040000), 3, 503, true, []byte(`{"a":1}`))
-	f.Add("a<b>&", "\u2029<", "é\u2028\"\\", "", "", "", "", "", "\xff", "", int64(253402300800), 0, 0, false, []byte{})
+	f.Add("a<b>&", "\u2029<", "é\u2028\"\\", "", "", "", "", "", "\xff", "", int64(253402300800), 0, -1, false, []byte{})
 	f.Fuzz(func(t *testing.T, source, route, requestID, resource, version, contentType, hk, hv, lastError, trace string,
 		sec int64, attempts, status int, dead bool, body []byte) {
-		at := time.Unix(sec, 0).UTC()
+		at := time.Unix(sec, int64(attempts&0x3fffffff)%1e9).UTC()
 		e := &forward.Entry{
 			Source: source, Route: route, RequestID: requestID, Resource: resource, Version: version,
 			ContentType: contentType, CreatedAt: at, Attempts: attempts, NextAttemptAt: at.Add(time.Second),
@@ -31,27 +29,32 @@ func FuzzEncode(f *testing.F) {
 		if dead {
 			e.DeadAt, e.BodyLost = &at, true
 		}
-		want, wantErr := json.Marshal(e)
-		got, err := encodeEntry(e)
-		if (err != nil) != (wantErr != nil) {
-			t.Fatalf("Encode: error %v, encoding/json's %v", err, wantErr)
-		}
-		if err != nil {
-			return
-		}
-		meta, rest, err := splitEntry(got)
-		if err != nil {
+		b := encodeEntry(e)
+		var got forward.Entry
+		if err := decodeEntryValue(b, true, &got); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(meta, want) || !bytes.Equal(rest, body) {
-			t.Fatalf("Encode:\n got %s + %q\nwant %s + %q", meta, rest, want, body)
+		if !reflect.DeepEqual(&got, e) {
+			t.Fatalf("decode(encode(e)) = %+v, want %+v", got, *e)
+		}
+		gotBody, createdAt, err := decodeBody(b)
+		if err != nil || !bytes.Equal(gotBody, body) || !createdAt.Equal(at) {
+			t.Fatalf("decodeBody = %q, %v, %v; want %q, %v", gotBody, createdAt, err, body, at)
+		}
+		if tg, err := entryTarget(b); err != nil || tg != e.Target() {
+			t.Fatalf("entryTarget = %v, %v; want %v", tg, err, e.Target())
+		}
+		var place forward.Entry
+		if err := decodePlace(b, &place); err != nil || place.Target() != e.Target() || place.Resource != resource ||
+			!place.NextAttemptAt.Equal(e.NextAttemptAt) {
+			t.Fatalf("decodePlace = %+v, %v; want %v, %q, %v", place, err, e.Target(), resource, e.NextAttemptAt)
 		}
 	})
 }
 
-// TestEncodeWritesEveryField guards FuzzEncode against a field added later
-// and left at its zero value there, which omitempty would hide: every field
-// of a full entry but Seq and Body (not JSON) appears in its encoding.
+// TestEncodeWritesEveryField guards the encoding against a field added to
+// forward.Entry later and not written: every field of a full entry but
+// Seq, which is the outbox key's, reads back.
 func TestEncodeWritesEveryField(t *testing.T) {
 	at := time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC)
 	e := &forward.Entry{
@@ -59,23 +62,14 @@ func TestEncodeWritesEveryField(t *testing.T) {
 		Headers: map[string]string{"X-A": "1"}, Trace: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", CreatedAt: at, Attempts: 2, NextAttemptAt: at,
 		LastStatus: 503, LastError: "busy", DeadAt: &at, BodyLost: true, Body: []byte("{}"),
 	}
-	b, err := encodeEntry(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, _, err := splitEntry(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fields map[string]any
-	if err := json.Unmarshal(meta, &fields); err != nil {
-		t.Fatal(err)
-	}
-	if n := reflect.TypeFor[forward.Entry]().NumField() - 2; len(fields) != n {
-		t.Errorf("%d fields encoded, want %d: %s", len(fields), n, meta)
+	v := reflect.ValueOf(e).Elem()
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("field %s is zero in the test's entry: give it a value", v.Type().Field(i).Name)
+		}
 	}
 	var back forward.Entry
-	if err := decodeEntryValue(b, true, &back); err != nil {
+	if err := decodeEntryValue(encodeEntry(e), true, &back); err != nil {
 		t.Fatal(err)
 	}
 	back.Seq = e.Seq
@@ -87,10 +81,7 @@ func TestEncodeWritesEveryField(t *testing.T) {
 func TestEntryEncoding(t *testing.T) {
 	body := []byte("{\"a\":1}\x00\xff raw bytes")
 	e := forward.Entry{Source: "s", RequestID: "r", Resource: "x", Version: "3", ContentType: "application/json", Headers: map[string]string{"X-Request-Id": "q"}, Attempts: 2, Body: body}
-	b, err := encodeEntry(&e)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := encodeEntry(&e)
 	var got forward.Entry
 	if err := decodeEntryValue(b, true, &got); err != nil {
 		t.Fatal(err)
@@ -102,9 +93,20 @@ func TestEntryEncoding(t *testing.T) {
 	if err := decodeEntryValue(b, false, &meta); err != nil || meta.Body != nil || meta.Version != "3" {
 		t.Errorf("metadata only = %+v, %v", meta, err)
 	}
-	for _, bad := range [][]byte{nil, {0xff}, {50, '{'}} {
+	metaLen := len(b) - len(body)
+	truncated := append(bytes.Clone(b[:metaLen-1]), body...)
+	truncated[0]--
+	wrongTag := bytes.Clone(b)
+	wrongTag[1] = tagReceipt
+	for name, bad := range map[string][]byte{
+		"empty": nil, "bad length": {0xff}, "length past the end": {50, tagEntry},
+		"no metadata": {0}, "truncated metadata": truncated, "another record's tag": wrongTag,
+	} {
 		if err := decodeEntryValue(bad, true, new(forward.Entry)); err == nil {
-			t.Errorf("decode(%q) succeeded", bad)
+			t.Errorf("%s: decode(%q) succeeded", name, bad)
+		}
+		if _, _, err := decodeBody(bad); err == nil && name != "truncated metadata" {
+			t.Errorf("%s: decodeBody(%q) succeeded", name, bad)
 		}
 	}
 }

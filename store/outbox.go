@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/tidwall/gjson"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dedupe"
@@ -22,12 +21,9 @@ import (
 // (expiresAt) and which redelivery reads too: the body is written once,
 // whatever the number of routes, and each route's outbox entry holds the
 // rest. Once the batch commits, the queue gets the entries with the body.
-func (t *tx) enqueue(e *forward.Entry, routes []string, expiresAt uint64) error {
+func (t *tx) enqueue(e *forward.Entry, routes []string, expiresAt uint64) {
 	e.Route, e.Seq = routes[0], t.nextSeq()
-	payload, err := encodeEntry(e)
-	if err != nil {
-		return err
-	}
+	payload := encodeEntry(e)
 	t.setRaw(payloadKey(e.Source, e.RequestID), payload, expiresAt)
 	// The encoding is the metadata followed by the body, so the first
 	// route's entry without its body is the encoding without its tail.
@@ -41,15 +37,11 @@ func (t *tx) enqueue(e *forward.Entry, routes []string, expiresAt uint64) error 
 		if i > 0 {
 			withoutBody := *e
 			withoutBody.Route, withoutBody.Seq, withoutBody.Body = route, t.nextSeq(), nil
-			if meta, err = encodeEntry(&withoutBody); err != nil {
-				return err
-			}
-			e = &withoutBody
+			meta, e = encodeEntry(&withoutBody), &withoutBody
 		}
 		t.setRaw(outboxKey(e.Seq), meta, 0)
 		t.changes = append(t.changes, change{entry: *e, body: body, expiresAt: expiresAt})
 	}
-	return nil
 }
 
 // getEntry decodes the entry at key; found is false when it is absent.
@@ -280,9 +272,7 @@ func (s *Store) Settle(ctx context.Context, c forward.Claim, r forward.Result) e
 		key := outboxKey(c.Seq)
 		switch eff.Move {
 		case forward.Reschedule:
-			if err := t.setEntry(key, &eff.Entry); err != nil {
-				return err
-			}
+			t.setRaw(key, encodeEntry(&eff.Entry), 0)
 		case forward.Bury:
 			t.delete(key)
 			if err := t.bury(&eff.Entry); err != nil {
@@ -317,9 +307,7 @@ func (t *tx) bury(e *forward.Entry) error {
 			t.delete(oldAge)
 		}
 	}
-	if err := t.setEntry(key, e); err != nil {
-		return err
-	}
+	t.setRaw(key, encodeEntry(e), 0)
 	t.setRaw(age, appendKeyTime(nil, *e.DeadAt), 0)
 	return nil
 }
@@ -328,15 +316,6 @@ func (t *tx) bury(e *forward.Entry) error {
 func (t *tx) unbury(key []byte, e *forward.Entry) {
 	t.delete(key)
 	t.delete(deadAgeKey(e))
-}
-
-func (t *tx) setEntry(key []byte, e *forward.Entry) error {
-	b, err := encodeEntry(e)
-	if err != nil {
-		return err
-	}
-	t.setRaw(key, b, 0)
-	return nil
 }
 
 // setForward writes the forward status of e's request on e's route; e's
@@ -493,9 +472,7 @@ func (t *tx) canResend(e *forward.Entry) error {
 func (t *tx) requeue(e forward.Entry, routes []string, ttl time.Duration) error {
 	e, status := forward.Requeue(e, t.now)
 	expiresAt := expiry(t.now, ttl)
-	if err := t.enqueue(&e, routes, expiresAt); err != nil {
-		return err
-	}
+	t.enqueue(&e, routes, expiresAt)
 	pos := receiptPos{firstSeen: e.CreatedAt, source: e.Source, requestID: e.RequestID}
 	t.setRaw(byTimeKey(pos), nil, expiresAt)
 	t.setRaw(bySourceKey(pos), nil, expiresAt)
@@ -534,16 +511,7 @@ func (s *Store) loadQueue() error {
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
 			e := forward.Entry{Seq: binary.BigEndian.Uint64(item.Key()[1:])}
-			err := item.Value(func(b []byte) error {
-				meta, _, err := splitEntry(b)
-				if err != nil {
-					return err
-				}
-				f := gjson.GetManyBytes(meta, "source", "route", "resource", "next_attempt_at")
-				e.Source, e.Route, e.Resource = f[0].Str, f[1].Str, f[2].Str
-				e.NextAttemptAt, err = time.Parse(time.RFC3339Nano, f[3].Str)
-				return err
-			})
+			err := item.Value(func(b []byte) error { return decodePlace(b, &e) })
 			if err != nil {
 				return fmt.Errorf("%q: %w", item.Key(), err)
 			}

@@ -12,16 +12,17 @@ import (
 	"github.com/webhookd/webhookd/versioning"
 )
 
-// Receipts, latest versions and forward statuses are stored in a compact
-// binary form: a decision's records are what fills Badger's memtables, and
-// the fewer bytes they take, the less often Badger builds a table on the
-// cores the handlers run on. A record starts with its kind's tag. It
-// leaves out the receipt's reason, which is a function of the fields it
-// keeps (dedupe.Reason), and holds times as UTC.
+// Receipts, latest versions, forward statuses and the metadata of entries
+// are stored in a compact binary form: a decision's records are what fills
+// Badger's memtables, and the fewer bytes they take, the less often Badger
+// builds a table on the cores the handlers run on. A record starts with
+// its kind's tag. It leaves out the receipt's reason, which is a function
+// of the fields it keeps (dedupe.Reason), and holds times as UTC.
 const (
 	tagReceipt = 1
 	tagLatest  = 2
 	tagForward = 3
+	tagEntry   = 4 // an outbox entry's, payload's or dead letter's metadata (entry.go)
 )
 
 // words are the decisions, outcomes, orderings and forward states, each
@@ -233,6 +234,9 @@ func (r *reader) bytes(n uint64, what string) []byte {
 func (r *reader) string(what string) string {
 	return string(r.bytes(r.uvarint(what), what))
 }
+
+// skip passes over a string.
+func (r *reader) skip(what string) { r.bytes(r.uvarint(what), what) }
 
 func (r *reader) word(what string) string {
 	i := r.byte(what)

@@ -1,10 +1,6 @@
 package jsonenc
 
-import (
-	"strconv"
-	"time"
-	"unicode/utf8"
-)
+import "unicode/utf8"
 
 // safe marks the ASCII bytes written as they are: printable, and neither a
 // quote nor a backslash, nor <, > or &, which encoding/json escapes by
@@ -67,49 +63,4 @@ func AppendString(b []byte, s string) []byte {
 		start = i
 	}
 	return append(append(b, s[start:]...), '"')
-}
-
-// AppendTime appends t quoted as time.Time's MarshalJSON writes it, and
-// fails where it fails (years outside 0–9999).
-func AppendTime(b []byte, t time.Time) ([]byte, error) {
-	b = append(b, '"')
-	b, err := t.AppendText(b)
-	return append(b, '"'), err
-}
-
-// Encoder appends a record's JSON to B, field by field, for the
-// hand-written encoders. The first error sticks in Err; the bytes are then
-// to be thrown away, as encoding/json does.
-type Encoder struct {
-	B   []byte
-	Err error
-}
-
-// Raw appends s as it is: punctuation and keys.
-func (e *Encoder) Raw(s string) { e.B = append(e.B, s...) }
-
-// String appends s quoted.
-func (e *Encoder) String(s string) { e.B = AppendString(e.B, s) }
-
-// OmitEmpty appends a string field tagged omitempty: key (with its comma
-// and colon) and s quoted, unless s is empty.
-func (e *Encoder) OmitEmpty(key, s string) {
-	if s != "" {
-		e.Raw(key)
-		e.String(s)
-	}
-}
-
-// Int appends n.
-func (e *Encoder) Int(n int) { e.B = strconv.AppendInt(e.B, int64(n), 10) }
-
-// Uint appends n.
-func (e *Encoder) Uint(n uint64) { e.B = strconv.AppendUint(e.B, n, 10) }
-
-// Time appends t quoted, as AppendTime does.
-func (e *Encoder) Time(t time.Time) {
-	var err error
-	if e.B, err = AppendTime(e.B, t); err != nil && e.Err == nil {
-		e.Err = err
-	}
 }
