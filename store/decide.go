@@ -70,7 +70,7 @@ func (s *Store) stageDecision(t *tx, d *webhookd.Delivery) (webhookd.Outcome, er
 	// The index keys live as long as the receipt: a redelivery, which
 	// extends the receipt, writes them again.
 	pos := receiptPos{firstSeen: p.Receipt.FirstSeen, source: d.Source, requestID: d.RequestID}
-	t.setRaw(byTimeKey(pos), nil, expiresAt)
+	t.setRaw(byTimeKey(pos), indexValue(p.Receipt.Routes), expiresAt)
 	t.setRaw(bySourceKey(pos), nil, expiresAt)
 	if p.Latest != nil {
 		if err := t.setLatest(d.Source, d.Resource, *p.Latest); err != nil {

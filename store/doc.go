@@ -17,8 +17,8 @@
 //	p<source>\x00<request_id>  payload: the entry of the first route enqueued, with the body every route's entry shares; expires with the receipt
 //	d<source>\x00<route>\x00<request_id>  dead letter with its body, until retried or discarded
 //	f<source>\x00<request_id>\x00<first_seen><route>  forward status of one route once settled
-//	t<first_seen><source>\x00<request_id>  index of receipts by time, empty, expires with its receipt or, if later, its payload
-//	s<source>\x00<first_seen><request_id>  index of a source's receipts by time, likewise
+//	t<first_seen><source>\x00<request_id>  index of receipts by time, value: the receipt's route names; expires with its receipt or, if later, its payload
+//	s<source>\x00<first_seen><request_id>  index of a source's receipts by time, empty; expires as the other
 //	c<source>\x00<route>      a paused route, until resumed
 //
 // Times in keys are Unix seconds and nanoseconds, big-endian, so that keys
@@ -33,9 +33,10 @@
 // Expired keys read as absent, and Expire deletes them: Badger would
 // otherwise keep them where no newer key overlaps their tables, as the
 // time-ordered indexes never do. It finds a receipt's keys from its index
-// key by time, which expires no earlier than its receipt or its payload:
-// a redelivery through the admin API, which keeps the payload a
-// receipt_ttl from then, writes the index keys again too.
+// key by time alone, which names the receipt's routes and expires no
+// earlier than its receipt or its payload: a redelivery through the admin
+// API, which keeps the payload a receipt_ttl from then, writes the index
+// keys again too.
 //
 // A body is written once, in the payload key, however many routes the
 // delivery has, as the outbox entries are rewritten at every retry. The

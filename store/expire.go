@@ -2,11 +2,15 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap"
+
+	"github.com/webhookd/webhookd"
 )
 
 // expireBatch is how many expired receipts one read of the index collects
@@ -61,9 +65,9 @@ func (s *Store) Expire() error {
 		}
 		var batch []expiredReceipt
 		var live []byte
-		err := s.view(func(txn *badger.Txn) error {
-			batch, live, from, more = expiredReceipts(txn, from, now.Add(-s.ReceiptTTL), now)
-			return nil
+		err := s.view(func(txn *badger.Txn) (err error) {
+			batch, live, from, more, err = expiredReceipts(txn, from, now.Add(-s.ReceiptTTL), now)
+			return err
 		})
 		if err != nil {
 			return err
@@ -100,17 +104,17 @@ type expiredReceipt struct {
 // and returns up to expireBatch expired receipts, the first key passed
 // over because its receipt still lives (nil if none), the key to read on
 // from, and whether there may be more to read before the keys first seen
-// after horizon.
+// after horizon. It reads no other key: an index key's value names the
+// receipt's routes (indexValue), which give its forward keys, and a
+// receipt with routes has a payload.
 //
 // It iterates every version, as Badger's iterators otherwise skip expired
 // keys: the first version of a key is its newest. Every key it deletes
 // has an expiry, so a version without one is a deletion, an earlier
 // pass's.
-func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batch []expiredReceipt, live, next []byte, more bool) {
+func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batch []expiredReceipt, live, next []byte, more bool, err error) {
 	it := txn.NewIterator(badger.IteratorOptions{AllVersions: true, Prefix: []byte{prefixByTime}})
 	defer it.Close()
-	keys := txn.NewIterator(badger.IteratorOptions{AllVersions: true})
-	defer keys.Close()
 	var last []byte
 	for it.Seek(from); it.Valid(); it.Next() {
 		item := it.Item()
@@ -123,7 +127,7 @@ func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batc
 			continue
 		}
 		if pos.firstSeen.After(horizon) || len(batch) == expireBatch {
-			return batch, live, last, len(batch) == expireBatch
+			return batch, live, last, len(batch) == expireBatch, nil
 		}
 		switch exp := item.ExpiresAt(); {
 		case exp == 0:
@@ -132,39 +136,85 @@ func expiredReceipts(txn *badger.Txn, from []byte, horizon, now time.Time) (batc
 				live = bytes.Clone(last)
 			}
 		default:
-			r := expiredReceipt{index: bytes.Clone(last), source: bySourceKey(pos)}
-			r.forward = presentKeys(keys, forwardKey(pos.source, pos.requestID, pos.firstSeen, ""), true)
-			for _, k := range [][]byte{receiptKey(pos.source, pos.requestID), payloadKey(pos.source, pos.requestID)} {
-				r.shared = append(r.shared, presentKeys(keys, k, false)...)
+			var routes []string
+			if err := item.Value(func(v []byte) (err error) { routes, err = readRoutes(v); return err }); err != nil {
+				return nil, nil, nil, false, fmt.Errorf("%q: %w", last, err)
+			}
+			r := expiredReceipt{index: bytes.Clone(last), source: bySourceKey(pos), shared: [][]byte{receiptKey(pos.source, pos.requestID)}}
+			for _, route := range routes {
+				r.forward = append(r.forward, forwardKey(pos.source, pos.requestID, pos.firstSeen, route))
+			}
+			if len(routes) > 0 {
+				r.shared = append(r.shared, payloadKey(pos.source, pos.requestID))
 			}
 			batch = append(batch, r)
 		}
 	}
 	if last == nil {
-		return batch, live, from, false
+		return batch, live, from, false, nil
 	}
-	return batch, live, append(last, 0), false // the first key after last
+	return batch, live, append(last, 0), false, nil // the first key after last
 }
 
-// presentKeys returns key, or with prefix true the keys key begins, whose
-// newest version is not a deletion: the keys a deletion would change.
-func presentKeys(it *badger.Iterator, key []byte, prefix bool) (found [][]byte) {
-	var last []byte
-	for it.Seek(key); it.Valid(); it.Next() {
-		item := it.Item()
-		k := item.Key()
-		if prefix && !bytes.HasPrefix(k, key) || !prefix && !bytes.Equal(k, key) {
-			break
-		}
-		if bytes.Equal(k, last) {
-			continue
-		}
-		last = item.KeyCopy(nil)
-		if item.ExpiresAt() != 0 {
-			found = append(found, last)
-		}
+// indexValue is the value of a receipt's by-time index key: the names of
+// its routes (appendRoutes), nil for none.
+func indexValue(routes []webhookd.RouteStatus) []byte {
+	if len(routes) == 0 {
+		return nil
 	}
-	return found
+	names := make([]string, len(routes))
+	for i := range routes {
+		names[i] = routes[i].Route
+	}
+	return appendRoutes(nil, names)
+}
+
+// appendRoutes appends the count of names, then each; nothing for none.
+func appendRoutes(b []byte, names []string) []byte {
+	if len(names) == 0 {
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, n := range names {
+		b = appendString(b, n)
+	}
+	return b
+}
+
+// readRoutes reads the names appendRoutes wrote.
+func readRoutes(b []byte) ([]string, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	r := reader{b: b}
+	n := r.uvarint("routes")
+	// Each name takes a byte at least: a forged count must not allocate
+	// more than the value could hold.
+	if n > uint64(len(r.b)) {
+		r.fail("routes")
+	}
+	var names []string
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		names = append(names, r.string("route"))
+	}
+	if r.err == nil && len(r.b) > 0 {
+		r.err = fmt.Errorf("%w: %d bytes after the end", errMalformed, len(r.b))
+	}
+	return names, r.err
+}
+
+// indexedRoutes returns the routes the index key names, expired or not;
+// none once a pass deleted it.
+func (t *tx) indexedRoutes(index []byte) ([]string, error) {
+	it := t.txn.NewIterator(badger.IteratorOptions{AllVersions: true, Prefix: index})
+	defer it.Close()
+	it.Seek(index)
+	if !it.Valid() || !bytes.Equal(it.Item().Key(), index) || it.Item().ExpiresAt() == 0 {
+		return nil, nil
+	}
+	var routes []string
+	err := it.Item().Value(func(v []byte) (err error) { routes, err = readRoutes(v); return err })
+	return routes, err
 }
 
 // stageExpiry stages the deletion of each receipt of batch still expired:

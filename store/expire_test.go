@@ -212,3 +212,56 @@ func TestExpireRereadsTheIndexHourly(t *testing.T) {
 	}
 	expectKeys(t, s, retried, "deleted", "after the hourly pass", "dead")
 }
+
+// TestExpireDeletesEveryRoutesStatusAfterARetry retries the dead letter of
+// one of a receipt's two routes after the receipt expired, before a pass
+// deleted it. The retry writes the receipt's index key again, which still
+// names both routes, so that the pass deletes the other route's status
+// too once the retried one expires.
+func TestExpireDeletesEveryRoutesStatusAfterARetry(t *testing.T) {
+	s, decideAt, at := clocked(t)
+	at(0.05)
+	d := delivery("two", "d-1", `{"n":1}`)
+	d.Routes = []string{"ledger", "audit"}
+	decideAt(d)
+	for _, e := range outbox(t, s) {
+		state := webhookd.ForwardDelivered
+		if e.Route == "ledger" {
+			state = webhookd.ForwardDead
+		}
+		settle(t, s, e, forward.Result{State: state, Attempts: 1, Status: 500, At: time.Now()})
+	}
+	at(2.1)
+	if err := s.RetryDeadLetter(ctx, ledger, "two"); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysOf(t, s, "two")
+	statuses := 0
+	for _, k := range keys["two"] {
+		if k[0] == prefixForward {
+			statuses++
+		}
+	}
+	if statuses != 2 {
+		t.Fatalf("keys after the retry: %q, want both routes' forward statuses", keys["two"])
+	}
+	at(4.1)
+	if err := s.Expire(); err != nil {
+		t.Fatal(err)
+	}
+	expectKeys(t, s, keys, "deleted", "once the retry expired", "two")
+}
+
+func TestIndexValueNamesTheRoutes(t *testing.T) {
+	for _, names := range [][]string{nil, {"ledger"}, {"ledger", "audit", ""}} {
+		got, err := readRoutes(appendRoutes(nil, names))
+		if err != nil || !slices.Equal(got, names) {
+			t.Errorf("readRoutes(appendRoutes(%q)) = %q, %v", names, got, err)
+		}
+	}
+	for _, bad := range [][]byte{{2, 1, 'a'}, {1, 5, 'a'}, {1, 1, 'a', 'b'}, {200}} {
+		if got, err := readRoutes(bad); err == nil {
+			t.Errorf("readRoutes(%q) = %q, want an error", bad, got)
+		}
+	}
+}

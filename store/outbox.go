@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -474,7 +475,20 @@ func (t *tx) requeue(e forward.Entry, routes []string, ttl time.Duration) error 
 	expiresAt := expiry(t.now, ttl)
 	t.enqueue(&e, routes, expiresAt)
 	pos := receiptPos{firstSeen: e.CreatedAt, source: e.Source, requestID: e.RequestID}
-	t.setRaw(byTimeKey(pos), nil, expiresAt)
+	// The receipt may have expired, and its index key with it: the key's
+	// value is read whatever its expiry, so that it keeps naming every
+	// route whose status the receipt has.
+	index := byTimeKey(pos)
+	held, err := t.indexedRoutes(index)
+	if err != nil {
+		return err
+	}
+	for _, route := range routes {
+		if !slices.Contains(held, route) {
+			held = append(held, route)
+		}
+	}
+	t.setRaw(index, appendRoutes(nil, held), expiresAt)
 	t.setRaw(bySourceKey(pos), nil, expiresAt)
 	for _, route := range routes {
 		e.Route = route
