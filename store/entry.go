@@ -151,34 +151,6 @@ func entryTarget(b []byte) (forward.Target, error) {
 	return tg, nil
 }
 
-// decodePlace reads into e what the queue keeps of an encoded entry (its
-// target, resource and next attempt) and skips the rest unread.
-func decodePlace(b []byte, e *forward.Entry) error {
-	meta, _, err := splitEntry(b)
-	if err != nil {
-		return err
-	}
-	r := entryReader(meta)
-	r.time("created_at")
-	e.Source = r.string("source")
-	e.Route = r.string("route")
-	r.skip("request_id")
-	e.Resource = r.string("resource")
-	r.skip("version")
-	r.skip("content_type")
-	for n := r.uvarint("headers"); n > 0 && r.err == nil; n-- {
-		r.skip("header name")
-		r.skip("header value")
-	}
-	r.skip("trace")
-	r.int("attempts")
-	e.NextAttemptAt = r.time("next_attempt_at")
-	if r.err != nil {
-		return fmt.Errorf("decode entry: %w", r.err)
-	}
-	return nil
-}
-
 func splitEntry(b []byte) (meta, body []byte, err error) {
 	n, size := binary.Uvarint(b)
 	if size <= 0 || uint64(len(b)-size) < n {

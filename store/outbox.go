@@ -515,9 +515,9 @@ func (s *Store) DeadLetterCounts() (map[forward.Target]int, error) {
 	return counts, err
 }
 
-// loadQueue fills the queue from the outbox keys, at Open. It reads what
-// the queue keeps of an entry, not the whole entry: a backlog of millions
-// loads without holding them all.
+// loadQueue fills the queue from the outbox keys, at Open. It decodes each
+// entry's metadata, which holds no body, and the queue keeps only the
+// entry's place: a backlog of millions loads without holding them all.
 func (s *Store) loadQueue() error {
 	return s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixOutbox}, PrefetchValues: true, PrefetchSize: 256})
@@ -525,7 +525,7 @@ func (s *Store) loadQueue() error {
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
 			e := forward.Entry{Seq: binary.BigEndian.Uint64(item.Key()[1:])}
-			err := item.Value(func(b []byte) error { return decodePlace(b, &e) })
+			err := item.Value(func(b []byte) error { return decodeEntryValue(b, false, &e) })
 			if err != nil {
 				return fmt.Errorf("%q: %w", item.Key(), err)
 			}

@@ -235,9 +235,6 @@ func (r *reader) string(what string) string {
 	return string(r.bytes(r.uvarint(what), what))
 }
 
-// skip passes over a string.
-func (r *reader) skip(what string) { r.bytes(r.uvarint(what), what) }
-
 func (r *reader) word(what string) string {
 	i := r.byte(what)
 	switch {
