@@ -60,11 +60,10 @@ func appendMeta(b []byte, e *forward.Entry) []byte {
 // decodeEntryValue reads an encoded entry into e; withBody false leaves
 // Body nil. The entry keeps no reference to b.
 func decodeEntryValue(b []byte, withBody bool, e *forward.Entry) error {
-	meta, body, err := splitEntry(b)
+	r, body, err := openEntry(b)
 	if err != nil {
 		return err
 	}
-	r := entryReader(meta)
 	e.CreatedAt = r.time("created_at")
 	e.Source = r.string("source")
 	e.Route = r.string("route")
@@ -98,11 +97,8 @@ func decodeEntryValue(b []byte, withBody bool, e *forward.Entry) error {
 	default:
 		r.fail("body_lost")
 	}
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%w: %d bytes after the end", errMalformed, len(r.b))
-	}
-	if r.err != nil {
-		return fmt.Errorf("decode entry: %w", r.err)
+	if err := r.end(); err != nil {
+		return fmt.Errorf("decode entry: %w", err)
 	}
 	if withBody {
 		e.Body = bytes.Clone(body) // not nil, even when empty
@@ -110,24 +106,28 @@ func decodeEntryValue(b []byte, withBody bool, e *forward.Entry) error {
 	return nil
 }
 
-// entryReader returns a reader of an entry's metadata past its tag.
-func entryReader(meta []byte) reader {
-	if len(meta) == 0 {
-		return reader{err: fmt.Errorf("%w: empty", errMalformed)}
+// openEntry splits an encoded entry into a reader of its metadata, past
+// the tag, and its body. A bad tag is the reader's first error.
+func openEntry(b []byte) (r reader, body []byte, err error) {
+	meta, body, err := splitEntry(b)
+	if err != nil {
+		return r, nil, err
 	}
-	r := reader{b: meta[1:]}
+	if len(meta) == 0 {
+		return r, nil, fmt.Errorf("decode entry: %w: empty", errMalformed)
+	}
+	r = reader{b: meta[1:]}
 	r.expect(meta[0], tagEntry)
-	return r
+	return r, body, nil
 }
 
 // decodeBody returns a copy of an encoded entry's body, not nil even when
 // empty, and its created_at, without decoding the rest of its metadata.
 func decodeBody(b []byte) (body []byte, createdAt time.Time, err error) {
-	meta, body, err := splitEntry(b)
+	r, body, err := openEntry(b)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	r := entryReader(meta)
 	createdAt = r.time("created_at")
 	if r.err != nil {
 		return nil, time.Time{}, fmt.Errorf("decode entry: %w", r.err)
@@ -138,11 +138,10 @@ func decodeBody(b []byte) (body []byte, createdAt time.Time, err error) {
 // entryTarget returns the target of an encoded entry, without decoding
 // the rest of it.
 func entryTarget(b []byte) (forward.Target, error) {
-	meta, _, err := splitEntry(b)
+	r, _, err := openEntry(b)
 	if err != nil {
 		return forward.Target{}, err
 	}
-	r := entryReader(meta)
 	r.time("created_at")
 	tg := forward.Target{Source: r.string("source"), Route: r.string("route")}
 	if r.err != nil {

@@ -197,10 +197,7 @@ func readRoutes(b []byte) ([]string, error) {
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		names = append(names, r.string("route"))
 	}
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%w: %d bytes after the end", errMalformed, len(r.b))
-	}
-	return names, r.err
+	return names, r.end()
 }
 
 // indexedRoutes returns the routes the index key names, expired or not;

@@ -72,10 +72,7 @@ func decode(b []byte, v any) error {
 	default:
 		return fmt.Errorf("no stored form for %T", v)
 	}
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%w: %d bytes after the end", errMalformed, len(r.b))
-	}
-	return r.err
+	return r.end()
 }
 
 func appendReceipt(b []byte, r *dedupe.Receipt) []byte {
@@ -170,6 +167,15 @@ func appendTimePtr(b []byte, t *time.Time) []byte {
 type reader struct {
 	b   []byte
 	err error
+}
+
+// end returns the first error, or an error for bytes left after the
+// record's last field.
+func (r *reader) end() error {
+	if r.err == nil && len(r.b) > 0 {
+		r.err = fmt.Errorf("%w: %d bytes after the end", errMalformed, len(r.b))
+	}
+	return r.err
 }
 
 func (r *reader) fail(what string) {
