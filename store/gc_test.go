@@ -41,12 +41,13 @@ func TestExpiredReceiptsGiveTheirDiskBack(t *testing.T) {
 	s := New(dir)
 	s.ReceiptTTL = time.Second
 	s.GCInterval = time.Hour // the test runs GC itself
-	// 512 KiB memtables make Badger flush and compact after a few MiB
-	// instead of hundreds; the burst stays under Badger's 10 MiB base
-	// level size, so it lands in one level whose tables the next L0
-	// compaction rewrites. 1 MiB value-log files spread the burst over
+	// Receipts and bodies are in the value log, so the memtables hold keys
+	// and pointers: 64 KiB memtables make Badger flush every few hundred
+	// retries and compact after ten flushes, instead of after millions;
+	// the burst stays under Badger's 10 MiB base level size, so it lands
+	// in one level whose tables the next L0 compaction rewrites. 1 MiB value-log files spread the burst over
 	// several, of which only the last is still being written.
-	s.memTableSize = 512 << 10
+	s.memTableSize = 64 << 10
 	s.vlogFileSize = 1 << 20
 	if err := s.Open(); err != nil {
 		t.Fatal(err)

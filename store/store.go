@@ -160,12 +160,21 @@ func (s *Store) Open() error {
 }
 
 // valueThreshold is the size from which Badger keeps a value in its value
-// log rather than in its LSM tree. Bodies, the store's large values, are
-// then written once and not moved again by compactions, which would
-// otherwise rewrite a backlog's bodies level after level, stalling
-// commits behind them and holding their bytes in memory while they build
-// tables.
-const valueThreshold = 1 << 10
+// log rather than in its LSM tree. A value there is written once and not
+// moved again by compactions, which rewrite only its key and pointer.
+//
+// Receipts (130 bytes and more: a fingerprint, two times, the request ID,
+// resource and version) and payloads go there. Receipts are keyed by
+// request ID, which providers often draw at random: new ones then fall
+// among all the keys of every level, and each compaction rewrites every
+// table their range overlaps, so with the receipts in the tree the
+// compactions, not the decisions, came to set intake's rate as the data
+// grew. Bodies in the tree would likewise be rewritten level after level
+// while a backlog waits. The small records that change most, latest
+// versions, outbox metadata, forward statuses and the index keys' route
+// names, stay in the tree, where rewriting one leaves no value-log
+// garbage behind.
+const valueThreshold = 128
 
 // vlogFileSize is the size of a value-log file. Value-log GC never
 // rewrites the file being written, so smaller files give an expired
@@ -192,8 +201,8 @@ func (s *Store) badgerOptions() badger.Options {
 		// new request IDs, pass cheaply.
 		WithNumLevelZeroTables(10).
 		WithNumLevelZeroTablesStall(20).
-		// Values of valueThreshold bytes or more, the bodies, go to the
-		// value log; the LSM tree keeps their keys and pointers.
+		// Values of valueThreshold bytes or more, receipts and bodies, go
+		// to the value log; the LSM tree keeps their keys and pointers.
 		WithValueThreshold(valueThreshold).
 		WithValueLogFileSize(cmp.Or(s.vlogFileSize, vlogFileSize)).
 		WithLogger(badgerLogger{SugaredLogger: s.Logger.Sugar(), vlogSyncErr: &s.vlogSyncErr})
@@ -641,10 +650,10 @@ func unavailable(err error) error {
 // badgerLogger sends Badger's logs to zap. Badger's info lines describe its
 // housekeeping, so they go out at debug level.
 //
-// Badger writes a value of valueThreshold bytes or more (a body) to its
-// value log, not to the memtable's log, and when syncing the value log
-// fails it logs the error and commits all the same: the commit's receipt
-// would then point at a payload a crash can lose. The logger hands that
+// Badger writes a value of valueThreshold bytes or more (a receipt or a
+// body) to its value log, not to the memtable's log, and when syncing the
+// value log fails it logs the error and commits all the same: the commit's
+// keys would then point at a receipt or payload a crash can lose. The logger hands that
 // error to the commit, which Badger has not yet returned, so the batch
 // fails as any failed sync does.
 type badgerLogger struct {

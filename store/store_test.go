@@ -508,7 +508,7 @@ func TestFailedCommitStopsTheStore(t *testing.T) {
 	}
 }
 
-// A value of 1 MiB or more goes to Badger's value log, whose failed sync
+// A receipt or a body goes to Badger's value log, whose failed sync
 // Badger logs and commits anyway: the store fails the batch as it fails
 // any commit whose sync fails.
 func TestFailedValueLogSyncStopsTheStore(t *testing.T) {
