@@ -163,17 +163,18 @@ func (s *Store) Open() error {
 // log rather than in its LSM tree. A value there is written once and not
 // moved again by compactions, which rewrite only its key and pointer.
 //
-// Receipts (130 bytes and more: a fingerprint, two times, the request ID,
-// resource and version) and payloads go there. Receipts are keyed by
-// request ID, which providers often draw at random: new ones then fall
-// among all the keys of every level, and each compaction rewrites every
-// table their range overlaps, so with the receipts in the tree the
-// compactions, not the decisions, came to set intake's rate as the data
-// grew. Bodies in the tree would likewise be rewritten level after level
-// while a backlog waits. The small records that change most, latest
-// versions, outbox metadata, forward statuses and the index keys' route
-// names, stay in the tree, where rewriting one leaves no value-log
-// garbage behind.
+// Payloads go there, and so do receipts but the smallest (a receipt takes
+// about 100 to 220 bytes: a fingerprint, two times, the IDs, resource and
+// version, each route's status). Receipts are keyed by request ID, which
+// providers often draw at random: new ones then fall among the keys of
+// every level, and each compaction rewrites every table their range
+// overlaps, so with the receipts in the tree compactions rather than
+// decisions set intake's rate as the data grows. Bodies in the tree would
+// likewise be rewritten level after level while a backlog waits. Latest
+// versions (20 to 50 bytes), forward statuses and the index keys' route
+// names stay in the tree, where rewriting one leaves no value-log garbage;
+// so does outbox metadata (70 to 150 bytes) unless long IDs and names
+// take it over.
 const valueThreshold = 128
 
 // vlogFileSize is the size of a value-log file. Value-log GC never
