@@ -45,8 +45,9 @@ func TestExpiredReceiptsGiveTheirDiskBack(t *testing.T) {
 	// and pointers: 64 KiB memtables make Badger flush every few hundred
 	// retries and compact after ten flushes, instead of after millions;
 	// the burst stays under Badger's 10 MiB base level size, so it lands
-	// in one level whose tables the next L0 compaction rewrites. 1 MiB value-log files spread the burst over
-	// several, of which only the last is still being written.
+	// in one level whose tables the next L0 compaction rewrites. 1 MiB
+	// value-log files spread the burst over several, of which only the
+	// last is still being written.
 	s.memTableSize = 64 << 10
 	s.vlogFileSize = 1 << 20
 	if err := s.Open(); err != nil {

@@ -654,9 +654,9 @@ func unavailable(err error) error {
 // Badger writes a value of valueThreshold bytes or more (a receipt or a
 // body) to its value log, not to the memtable's log, and when syncing the
 // value log fails it logs the error and commits all the same: the commit's
-// keys would then point at a receipt or payload a crash can lose. The logger hands that
-// error to the commit, which Badger has not yet returned, so the batch
-// fails as any failed sync does.
+// keys would then point at a receipt or payload a crash can lose. The
+// logger hands that error to the commit, which Badger has not yet
+// returned, so the batch fails as any failed sync does.
 type badgerLogger struct {
 	*zap.SugaredLogger
 	vlogSyncErr *atomic.Pointer[error]
