@@ -420,10 +420,28 @@ func (rows *entryRows) add(e *forward.Entry, expiresAt time.Time) {
 	rows.expiresAt, rows.body = append(rows.expiresAt, expiresAt), append(rows.body, body)
 }
 
+// preparedWrites are the decision's writes whose plans read no table:
+// they insert from their arrays and find conflicting rows through the
+// primary key, the conflict's arbiter, so no statistics change their plan.
+// Each is prepared on a connection at its first batch there, and
+// PostgreSQL keeps its generic plan rather than plan it again for every
+// batch. Statements that read a table (readReceipts, updateReceipts,
+// insertOutbox) are planned when they run.
+var preparedWrites = [...]struct{ name, sql string }{
+	{insertReceiptsStatement, insertReceipts},
+	{upsertLatestStatement, upsertLatest},
+	{upsertPayloadsStatement, upsertPayloads},
+}
+
 // send writes everything in one round trip, and fails with errConflict
 // unless each statement wrote every row: one that did not meets a row
 // another transaction changed since the batch read it.
 func (w *writes) send(ctx context.Context, tx pgx.Tx) error {
+	for _, p := range preparedWrites {
+		if _, err := tx.Conn().Prepare(ctx, p.name, p.sql); err != nil {
+			return err
+		}
+	}
 	b := &pgx.Batch{}
 	var want []int
 	queue := func(n int, sql string, args ...any) {
@@ -433,12 +451,12 @@ func (w *writes) send(ctx context.Context, tx pgx.Tx) error {
 		}
 	}
 	r := &w.insert
-	queue(len(r.source), insertReceipts, r.source, r.id, r.resource, r.version, r.decision, r.duplicate, r.ordering,
+	queue(len(r.source), insertReceiptsStatement, r.source, r.id, r.resource, r.version, r.decision, r.duplicate, r.ordering,
 		r.latestAt, r.sha, r.firstSeen, r.lastSeen, r.attempts, r.deliveries, r.unrouted, r.routes, r.expiresAt, w.now)
 	r = &w.update
 	queue(len(r.source), updateReceipts, r.source, r.id, r.firstSeen, r.was, r.attempts, r.lastSeen, r.deliveries, r.expiresAt)
 	l := &w.latestW
-	queue(len(l.source), upsertLatest, l.source, l.resource, l.version, l.ord, l.id, l.updatedAt, l.was)
+	queue(len(l.source), upsertLatestStatement, l.source, l.resource, l.version, l.ord, l.id, l.updatedAt, l.was)
 	o := &w.outbox
 	queue(len(o.source), insertOutbox, o.source, o.route, o.id, o.resource, o.version, o.contentType, o.headers, o.trace, o.createdAt, o.due)
 	slices.SortFunc(w.payloads, func(a, b payload) int {
@@ -448,7 +466,7 @@ func (w *writes) send(ctx context.Context, tx pgx.Tx) error {
 	for _, pl := range w.payloads {
 		p.add(pl.e, pl.expiresAt)
 	}
-	queue(len(p.source), upsertPayloads, p.source, p.id, p.resource, p.version, p.contentType, p.headers, p.trace, p.createdAt, p.body, p.expiresAt)
+	queue(len(p.source), upsertPayloadsStatement, p.source, p.id, p.resource, p.version, p.contentType, p.headers, p.trace, p.createdAt, p.body, p.expiresAt)
 	res := tx.SendBatch(ctx, b)
 	defer res.Close()
 	conflict := false

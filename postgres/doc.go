@@ -5,11 +5,12 @@
 // same pure rules (dedupe.Decide, forward.Apply and the repair checks), and
 // no session state a pooler in transaction mode would lose: no LISTEN/NOTIFY,
 // no advisory locks, settings only for one transaction (SET LOCAL, or
-// set_config's local form). The claim is a prepared statement on each
-// connection: such a pooler needs to carry prepared statements (PgBouncer's
-// max_prepared_statements). The outbox VACUUM webhookd runs itself where
-// autovacuum leaves the outbox alone (vacuum.go) opens a connection of its
-// own with no statement timeout, outside the pool, and closes it after.
+// set_config's local form). The claim and three of a decision's writes
+// are prepared statements on each connection: such a pooler needs to
+// carry prepared statements (PgBouncer's max_prepared_statements). The
+// outbox VACUUM webhookd runs itself where autovacuum leaves the outbox
+// alone (vacuum.go) opens a connection of its own with no statement
+// timeout, outside the pool, and closes it after.
 //
 // It is a package of its own, named after its engine, beside the Badger
 // store (package store) rather than under it: neither backend imports the
@@ -105,13 +106,15 @@
 // they go as unnamed prepared statements, so no generic plan made while
 // the tables were small outlives their growth, and a decision's lookups
 // carry LIMIT 1, so that the planner cannot flatten them into a join it
-// would run as a scan of the table. The claim is the exception: it is
-// planned generically, in a transaction of its own (leaseHeads), as its
-// generic plan is the ordered walk of the due index that stops at the
-// limit. A list's page is planned with sorts disabled (withIndexOrder),
-// so that it walks its index from the cursor and stops at its limit,
-// where the planner, guessing few rows after the cursor on tables never
-// analyzed, would fetch all of them and sort. webhookd's cost does not
+// would run as a scan of the table. Two kinds are prepared on each
+// connection, and keep a generic plan: the claim, planned generically in
+// a transaction of its own (leaseHeads), as its generic plan is the
+// ordered walk of the due index that stops at the limit; and the
+// decision's writes that read no table (preparedWrites), whose plan is
+// the same at any size. A list's page is planned with sorts disabled
+// (withIndexOrder), so that it walks its index from the cursor and stops
+// at its limit, where the planner, guessing few rows after the cursor on
+// tables never analyzed, would fetch all of them and sort. webhookd's cost does not
 // depend on whether or when its tables were analyzed, and it runs no
 // ANALYZE. It vacuums the two tables whose speed depends on a VACUUM
 // when autovacuum leaves them alone (vacuum.go): the outbox, which a

@@ -140,6 +140,12 @@ const (
 	// claimStatement names claim prepared on a connection (leaseHeads).
 	claimStatement = "webhookd_claim"
 
+	// The names of a decision's writes that are prepared on a connection
+	// (preparedWrites).
+	insertReceiptsStatement = "webhookd_insert_receipts"
+	upsertLatestStatement   = "webhookd_upsert_latest"
+	upsertPayloadsStatement = "webhookd_upsert_payloads"
+
 	// forceGenericPlans plans the rest of its transaction's statements
 	// without their parameters' values (see leaseHeads). It is set_config
 	// rather than SET LOCAL, which warns in the server's log when its
