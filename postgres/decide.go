@@ -425,7 +425,7 @@ func (rows *entryRows) add(e *forward.Entry, expiresAt time.Time) {
 // primary key, the conflict's arbiter, so no statistics change their plan.
 // Each is prepared on a connection at its first batch there, and
 // PostgreSQL keeps its generic plan rather than plan it again for every
-// batch. Statements that read a table (readReceipts, updateReceipts,
+// batch. Statements that read a table (the two reads, updateReceipts,
 // insertOutbox) are planned when they run.
 var preparedWrites = [...]struct{ name, sql string }{
 	{insertReceiptsStatement, insertReceipts},

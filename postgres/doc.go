@@ -114,11 +114,11 @@
 // the same at any size. A list's page is planned with sorts disabled
 // (withIndexOrder), so that it walks its index from the cursor and stops
 // at its limit, where the planner, guessing few rows after the cursor on
-// tables never analyzed, would fetch all of them and sort. webhookd's cost does not
-// depend on whether or when its tables were analyzed, and it runs no
-// ANALYZE. It vacuums the two tables whose speed depends on a VACUUM
-// when autovacuum leaves them alone (vacuum.go): the outbox, which a
-// claim walks past the index entries of rows deleted since its last
+// tables never analyzed, would fetch all of them and sort. webhookd's
+// cost does not depend on whether or when its tables were analyzed, and
+// it runs no ANALYZE. It vacuums the two tables whose speed depends on a
+// VACUUM when autovacuum leaves them alone (vacuum.go): the outbox, which
+// a claim walks past the index entries of rows deleted since its last
 // VACUUM, and the count rows; Open warns once of the other tables
 // autovacuum leaves alone.
 //
